@@ -1,0 +1,296 @@
+"""Ingress deployment: the HTTP API v1 (FastAPI), with the context builder in-process.
+
+The context builder lives here rather than in its own deployment: each Serve hop costs 5-9 ms on
+two cores, and building a context is I/O plus pure budgeting, so another hop would buy nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from datetime import datetime, timezone
+
+import asyncpg
+import redis.exceptions
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pymilvus.exceptions import MilvusException
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+from ray.util import metrics
+
+from serve_app import schemas
+from serve_app.core.budget import BudgetError
+from serve_app.core.ids import ID_PATTERN, direct_memory_id
+from serve_app.services.compaction import CompactionConflict, SessionNotFound, compact_session
+from serve_app.services.context import build_working_memory, ms_to_datetime
+from serve_app.services.stores import Stores
+from serve_app.settings import Settings
+from serve_app.stores.session_log import SessionOwnerError
+from serve_app.stores.vectors import MemoryRow
+
+logger = logging.getLogger("ray.serve")
+UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    MilvusException,
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+RETRY_AFTER_S = "2"
+
+app = FastAPI(
+    title="agent-memory-serve",
+    version="1.0.0",
+    description="Working, short-term and long-term memory for LLM agents, on Ray Serve.",
+)
+
+SessionId = Path(pattern=ID_PATTERN, max_length=128, description="Session id.")
+UserId = Path(pattern=ID_PATTERN, max_length=128, description="User id.")
+FactKey = Path(pattern=ID_PATTERN, max_length=128, description="Fact key.")
+
+
+def _error(status: int, message: str, **extra) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"detail": message, **extra})
+
+
+def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    logger.warning("backend unavailable: %r", exc)
+    response = _error(503, f"a backing store is unavailable ({type(exc).__name__}); retry later")
+    response.headers["Retry-After"] = RETRY_AFTER_S
+    return response
+
+
+def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    response = _error(409, str(exc))
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+app.add_exception_handler(SessionOwnerError, lambda r, e: _error(409, "session belongs to another user"))
+app.add_exception_handler(BudgetError, lambda r, e: _error(422, str(e), token_counts=e.counts))
+app.add_exception_handler(SessionNotFound, lambda r, e: _error(404, "session not found"))
+app.add_exception_handler(CompactionConflict, _conflict)
+for _exc in UNAVAILABLE:
+    app.add_exception_handler(_exc, _unavailable)
+
+
+@app.middleware("http")
+async def request_id_middleware(request: Request, call_next):
+    """Every response and log line carries a request id (the client's, or a new one)."""
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    started = time.perf_counter()
+    response = await call_next(request)
+    response.headers["x-request-id"] = request_id
+    logger.info(
+        "%s %s -> %s in %.1f ms",
+        request.method,
+        request.url.path,
+        response.status_code,
+        (time.perf_counter() - started) * 1000,
+        extra={"request_id": request_id},
+    )
+    return response
+
+
+@serve.deployment(name="Ingress", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(app)
+class Ingress:
+    async def __init__(self, embedder: DeploymentHandle, memorizer: DeploymentHandle, settings: dict | None = None):
+        self.settings = Settings(**(settings or {}))
+        self.embedder = embedder
+        self.memorizer = memorizer
+        self.stores = await Stores.connect(self.settings)
+        self.tenant = self.settings.default_tenant
+        self.pokes: set[asyncio.Task] = set()
+        self.context_tokens = metrics.Histogram(
+            "memserve_context_tokens",
+            "Prompt tokens of built contexts.",
+            boundaries=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+        )
+        self.conflicts = metrics.Counter("memserve_checkpoint_cas_conflicts", "Summary checkpoint compare-and-set conflicts.")
+
+    async def _embed_one(self, text: str) -> list[float]:
+        return await self.embedder.embed_one.remote(text)
+
+    def _poke(self, session_id: str) -> None:
+        async def send() -> None:
+            try:
+                await self.memorizer.poke.remote(self.tenant, session_id)
+            except Exception as exc:  # the sweep picks the session up from the pending set
+                logger.warning("memorizer poke failed: %r", exc)
+
+        task = asyncio.create_task(send())
+        self.pokes.add(task)
+        task.add_done_callback(self.pokes.discard)
+
+    @app.get("/healthz", response_model=schemas.Health, summary="Status of each backing store")
+    async def healthz(self) -> JSONResponse:
+        backends = await self.stores.health()
+        ok = all(v == "ok" for v in backends.values())
+        body = schemas.Health(status="ok" if ok else "degraded", backends=backends)
+        return JSONResponse(status_code=200 if ok else 503, content=body.model_dump())
+
+    @app.post("/v1/sessions/{session_id}/messages", response_model=schemas.AppendResponse, summary="Append messages")
+    async def append(self, body: schemas.AppendRequest, session_id: str = SessionId) -> schemas.AppendResponse:
+        now = datetime.now(timezone.utc)
+        stored = [m.stored(now) for m in body.messages]
+        result = await self.stores.log.append(self.tenant, session_id, body.user_id, stored)
+        if not all(result.duplicates):
+            self._poke(session_id)
+        return schemas.AppendResponse(session_id=session_id, seqs=result.seqs, duplicates=result.duplicates)
+
+    async def _meta_or_404(self, session_id: str):
+        meta = await self.stores.log.meta(self.tenant, session_id)
+        if meta is None:
+            raise SessionNotFound(session_id)
+        return meta
+
+    @app.get("/v1/sessions/{session_id}", response_model=schemas.SessionInfo, summary="Session state")
+    async def session_info(self, session_id: str = SessionId) -> schemas.SessionInfo:
+        meta = await self._meta_or_404(session_id)
+        return schemas.SessionInfo(
+            session_id=session_id,
+            user_id=meta.user_id,
+            message_count=meta.message_count,
+            covers_upto_seq=meta.covers_upto_seq,
+            memorized_upto_seq=meta.memorized_upto_seq,
+            summary_version=meta.version,
+            summary_degraded=meta.summary_degraded,
+            created_at=ms_to_datetime(meta.created_at_ms),
+            updated_at=ms_to_datetime(meta.updated_at_ms),
+        )
+
+    @app.get("/v1/sessions/{session_id}/messages", response_model=schemas.MessagesPage, summary="Read the log")
+    async def messages(
+        self,
+        session_id: str = SessionId,
+        after: int = Query(0, ge=0, description="Return messages with seq > after."),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> schemas.MessagesPage:
+        meta = await self._meta_or_404(session_id)
+        rows = await self.stores.log.read(self.tenant, session_id, after=after, limit=limit)
+        last = rows[-1]["seq"] if rows else after
+        return schemas.MessagesPage(
+            session_id=session_id,
+            messages=[schemas.StoredMessage(**r) for r in rows],
+            summary=meta.summary,
+            covers_upto_seq=meta.covers_upto_seq,
+            next_after=last if last < meta.message_count else None,
+        )
+
+    @app.delete("/v1/sessions/{session_id}", response_model=schemas.Deleted, summary="Delete a session and its vectors")
+    async def delete_session(self, session_id: str = SessionId) -> schemas.Deleted:
+        vectors = await self.stores.vectors.delete(tenant_id=self.tenant, session_id=session_id)
+        removed = await self.stores.log.delete(self.tenant, session_id)
+        # A memorizer that read the log before the delete may have upserted since: sweep again.
+        vectors += await self.stores.vectors.delete(tenant_id=self.tenant, session_id=session_id)
+        if not removed and not vectors:
+            raise SessionNotFound(session_id)
+        return schemas.Deleted(deleted=True, details={"session": int(removed), "vectors": vectors})
+
+    @app.post("/v1/context", response_model=schemas.ContextResponse, summary="Build the prompt for the next call")
+    async def context(self, body: schemas.ContextRequestIn) -> schemas.ContextResponse:
+        response = await build_working_memory(body, self.tenant, self.stores, self._embed_one, self.settings)
+        self.context_tokens.observe(response.usage.total_tokens)
+        return response
+
+    @app.post("/v1/sessions/{session_id}/compress", response_model=schemas.CompressResponse, summary="Compact now")
+    async def compress(self, session_id: str = SessionId) -> schemas.CompressResponse:
+        outcome = await compact_session(
+            self.stores.log,
+            self.tenant,
+            session_id,
+            trigger_tokens=self.settings.compaction_trigger_tokens,
+            keep_rounds=self.settings.compaction_keep_rounds,
+            summary_max_tokens=self.settings.summary_max_tokens,
+            force=True,
+            on_conflict=lambda: self.conflicts.inc(),
+        )
+        return schemas.CompressResponse(session_id=session_id, **outcome.__dict__)
+
+    @app.get("/v1/users/{user_id}/sessions", response_model=schemas.UserSessions, summary="A user's live sessions")
+    async def user_sessions(self, user_id: str = UserId) -> schemas.UserSessions:
+        sessions = await self.stores.log.user_sessions(self.tenant, user_id)
+        return schemas.UserSessions(
+            user_id=user_id,
+            sessions=[{"session_id": s, "updated_at": ms_to_datetime(ms).isoformat()} for s, ms in sessions],
+        )
+
+    @app.get("/v1/users/{user_id}/facts", response_model=list[schemas.FactOut], summary="Current facts")
+    async def list_facts(self, user_id: str = UserId) -> list[schemas.FactOut]:
+        return [schemas.FactOut(**f.__dict__) for f in await self.stores.facts.current(self.tenant, user_id)]
+
+    @app.get("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactOut, summary="One current fact")
+    async def get_fact(self, user_id: str = UserId, key: str = FactKey):
+        fact = await self.stores.facts.get(self.tenant, user_id, key)
+        if fact is None:
+            return _error(404, "fact not found")
+        return schemas.FactOut(**fact.__dict__)
+
+    @app.put("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactWrite, summary="Set a fact (supersedes)")
+    async def put_fact(self, body: schemas.FactIn, user_id: str = UserId, key: str = FactKey) -> schemas.FactWrite:
+        fact, changed = await self.stores.facts.put(
+            self.tenant, user_id, key, body.value, body.category, source_session=body.source_session, source_seqs=body.source_seqs
+        )
+        return schemas.FactWrite(fact=schemas.FactOut(**fact.__dict__), changed=changed)
+
+    @app.delete("/v1/users/{user_id}/facts/{key}", response_model=schemas.Deleted, summary="Close a fact")
+    async def delete_fact(self, user_id: str = UserId, key: str = FactKey):
+        if not await self.stores.facts.delete(self.tenant, user_id, key):
+            return _error(404, "fact not found")
+        return schemas.Deleted(deleted=True, details={"facts": 1})
+
+    @app.get("/v1/users/{user_id}/facts/{key}/history", response_model=list[schemas.FactOut], summary="Every version")
+    async def fact_history(self, user_id: str = UserId, key: str = FactKey):
+        rows = await self.stores.facts.history(self.tenant, user_id, key)
+        if not rows:
+            return _error(404, "fact not found")
+        return [schemas.FactOut(**f.__dict__) for f in rows]
+
+    @app.post("/v1/users/{user_id}/memories", response_model=schemas.MemoryOut, summary="Add a memory directly")
+    async def add_memory(self, body: schemas.MemoryIn, user_id: str = UserId) -> schemas.MemoryOut:
+        created = body.created_at or datetime.now(timezone.utc)
+        memory_id = body.id or direct_memory_id(self.tenant, user_id, body.text)
+        vector = await self._embed_one(body.text)
+        row = MemoryRow(memory_id, self.tenant, user_id, "", 0, "memory", "memory", body.text, int(created.timestamp() * 1000), vector)
+        await self.stores.vectors.upsert([row])
+        return schemas.MemoryOut(id=memory_id, text=body.text, session_id="", seq=0, role="memory", kind="memory", created_at=created)
+
+    @app.get("/v1/users/{user_id}/memories", response_model=list[schemas.MemoryOut], summary="List memories")
+    async def list_memories(
+        self, user_id: str = UserId, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=16384)
+    ) -> list[schemas.MemoryOut]:
+        rows = await self.stores.vectors.list(self.tenant, user_id, limit=limit, offset=offset)
+        return [
+            schemas.MemoryOut(
+                id=r["id"], text=r["text"], session_id=r["session_id"], seq=r["seq"], role=r["role"], kind=r["kind"],
+                created_at=ms_to_datetime(r["created_at"]),
+            )
+            for r in rows
+        ]
+
+    @app.delete("/v1/users/{user_id}/memories/{memory_id}", response_model=schemas.Deleted, summary="Delete a memory")
+    async def delete_memory(self, user_id: str = UserId, memory_id: str = Path(pattern=ID_PATTERN, max_length=128)):
+        removed = await self.stores.vectors.delete(tenant_id=self.tenant, user_id=user_id, id=memory_id)
+        if not removed:
+            return _error(404, "memory not found")
+        return schemas.Deleted(deleted=True, details={"vectors": removed})
+
+    @app.post("/v1/users/{user_id}/memories/search", response_model=list[schemas.SearchHit], summary="Semantic search")
+    async def search(self, body: schemas.SearchRequest, user_id: str = UserId) -> list[schemas.SearchHit]:
+        vector = await self._embed_one(body.query)
+        hits = await self.stores.vectors.search(self.tenant, user_id, vector, top_k=body.top_k, min_score=body.min_score)
+        return [
+            schemas.SearchHit(id=h.id, text=h.text, score=h.score, session_id=h.session_id, seq=h.seq, created_at=ms_to_datetime(h.created_at_ms))
+            for h in hits
+        ]
+
+    async def __del__(self):
+        await self.stores.close()

@@ -1,0 +1,22 @@
+"""The application builder that Serve configs name as `import_path` (serve_app.app:build_app)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from serve_app.settings import Settings
+
+
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    """Compose ingress, embedder and memorizer. `args` are Settings fields; the environment fills the rest."""
+    from deployments.embedder import Embedder
+    from deployments.ingress import Ingress
+    from deployments.memorizer import Memorizer
+
+    settings = Settings(**(args or {}))
+    overrides = settings.model_dump(exclude_unset=True)
+    embedder = Embedder.bind(overrides)
+    memorizer = Memorizer.bind(embedder, overrides)
+    return Ingress.bind(embedder, memorizer, overrides)

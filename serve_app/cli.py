@@ -1,0 +1,176 @@
+"""`memserve`: run the service on embedded backends (`up`), stop it (`down`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import typer
+
+from serve_app.embedded.launchers import EmbeddedBackends, LaunchError, Ports
+
+cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM agents on Ray Serve.")
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.yaml"
+EXTERNAL_VARS = ("REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")
+
+
+def _run_dir(data_dir: Path) -> Path:
+    path = data_dir / "run"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+@cli.command()
+def up(
+    data_dir: Path = typer.Option(Path(".memserve"), help="Where Redis, PostgreSQL and Milvus Lite keep their data."),
+    host: str = typer.Option("127.0.0.1", help="HTTP host of the API."),
+    port: int = typer.Option(8000, help="HTTP port of the API."),
+    config: Path = typer.Option(DEFAULT_CONFIG, help="Ray Serve config file (configs/local.yaml)."),
+    redis_port: int = typer.Option(Ports.redis, help="Embedded Redis port (loopback)."),
+    postgres_port: int = typer.Option(Ports.postgres, help="Embedded PostgreSQL port (loopback)."),
+    milvus_port: int = typer.Option(Ports.milvus, help="Embedded Milvus Lite port (loopback)."),
+    metrics_port: int = typer.Option(8080, help="Prometheus metrics port of Ray (0 to disable)."),
+    embedded: bool = typer.Option(
+        None, help="Start embedded backends. Default: yes, unless REDIS_URL, POSTGRES_DSN and MILVUS_URI are all set."
+    ),
+) -> None:
+    """Start the backends and the Serve app; stop everything on Ctrl-C or SIGTERM."""
+    from serve_app.serving import ConfigError, deploy_config, load_serve_config, ray_temp_dir, start_ray
+
+    started = time.monotonic()
+    data_dir = data_dir.resolve()
+    try:
+        serve_config = load_serve_config(config, host=host, port=port)
+    except (ConfigError, OSError, ValueError) as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(2) from exc
+    use_embedded = embedded if embedded is not None else not all(os.environ.get(v) for v in EXTERNAL_VARS)
+    run_dir = _run_dir(data_dir)
+    pid_file = run_dir / "memserve.pid"
+    if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
+        _say(f"error: memserve is already running on {data_dir} (pid {pid_file.read_text()}); run memserve down")
+        raise typer.Exit(1)
+    pid_file.write_text(str(os.getpid()))
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port))
+    try:
+        if use_embedded:
+            try:
+                backends.start()
+            except LaunchError as exc:
+                _say(f"error: {exc}")
+                raise typer.Exit(1) from exc
+            os.environ.update(backends.env)
+            (run_dir / "backends.json").write_text(
+                json.dumps({n: {"pid": b.process.pid, "url": b.url} for n, b in backends.backends.items()})
+            )
+            for name, backend in backends.backends.items():
+                _say(f"{name:<9} {backend.url}  (data {data_dir / name}, log {backend.log_path})")
+        else:
+            for var in EXTERNAL_VARS:
+                _say(f"{var:<13} {os.environ.get(var, '(default)')}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        start_ray(ray_temp_dir(data_dir), metrics_port=metrics_port or None)
+        deploy_config(serve_config)
+        http = serve_config.http_options
+        _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
+        if metrics_port:
+            _say(f"metrics   http://127.0.0.1:{metrics_port}/metrics")
+        _say(f"ready in {time.monotonic() - started:.1f}s; Ctrl-C or `memserve down --data-dir {data_dir}` stops it")
+        while not stop.wait(1.0):
+            pass
+        _say("stopping…")
+    finally:
+        _shutdown_ray()
+        backends.stop()
+        pid_file.unlink(missing_ok=True)
+        (run_dir / "backends.json").unlink(missing_ok=True)
+        _say("stopped")
+
+
+def _shutdown_ray() -> None:
+    try:
+        import ray
+        from ray import serve
+
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
+    except Exception as exc:  # shutting down: report and carry on stopping the rest
+        print(f"warning: ray shutdown: {exc}", file=sys.stderr)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+@cli.command()
+def down(
+    data_dir: Path = typer.Option(Path(".memserve"), help="The data dir `memserve up` was started with."),
+    timeout_s: float = typer.Option(60.0, help="Seconds to wait for a clean stop before killing."),
+) -> None:
+    """Stop a running `memserve up` and everything it started; leaves no process behind."""
+    import psutil
+
+    from serve_app.serving import ray_temp_dir
+
+    data_dir = data_dir.resolve()
+    run_dir = _run_dir(data_dir)
+    pid_file = run_dir / "memserve.pid"
+    pid = int(pid_file.read_text() or 0) if pid_file.exists() else 0
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    leftovers = []
+    backends_file = run_dir / "backends.json"
+    if backends_file.exists():
+        leftovers += [info["pid"] for info in json.loads(backends_file.read_text()).values()]
+    marker = ray_temp_dir(data_dir)
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if marker in cmd or (str(data_dir) in cmd and proc.info["pid"] != os.getpid()):
+            leftovers.append(proc.info["pid"])
+    if _alive(pid):
+        leftovers.append(pid)
+    killed = 0
+    for leftover in set(leftovers):
+        if _alive(leftover):
+            try:
+                os.kill(leftover, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    pid_file.unlink(missing_ok=True)
+    backends_file.unlink(missing_ok=True)
+    _say("stopped" + (f" ({killed} leftover processes killed)" if killed else ""))
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

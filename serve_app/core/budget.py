@@ -1,0 +1,233 @@
+"""Fit a prompt into a token budget with exact Qwen2.5 counts. Pure: no I/O.
+
+Order of claims: system prompt and the newest turn (mandatory), the summary, tool results and
+memory up to their shares, then history newest-first with everything left. A tool call is never
+split from its results, turns are never cut, and the prompt never exceeds max_tokens - reserve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from serve_app.core import tokenizer
+from serve_app.core.tokenizer import count_block, count_tokens
+
+FACTS_HEADER = "\n\n# Known facts about the user\n"
+MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations\n"
+SUMMARY_HEADER = "\n\n# Summary of the earlier part of this conversation\n"
+TOOLS_HEADER = "\n\n# Tool results\n"
+MIN_TRUNCATED_TOOL_TOKENS = 16
+
+
+class BudgetError(ValueError):
+    """What must be in the prompt does not fit; carries the counts for a 422."""
+
+    def __init__(self, message: str, counts: dict[str, int]):
+        super().__init__(message)
+        self.counts = counts
+
+
+@dataclass(frozen=True)
+class Shares:
+    system: float = 0.06
+    memory: float = 0.12
+    history: float = 0.62
+    tools: float = 0.12
+    output: float = 0.06
+
+
+@dataclass
+class ContextRequest:
+    """Everything the builder needs, already fetched. `turns` are after the checkpoint, oldest first."""
+
+    max_tokens: int
+    shares: Shares
+    system_prompt: str | None = None
+    reserve_output: int | None = None
+    summary: str | None = None
+    turns: Sequence[dict[str, Any]] = ()
+    facts: Sequence[str] = ()
+    memories: Sequence[str] = ()
+    tool_results: Sequence[dict[str, Any]] = ()
+
+
+@dataclass
+class Section:
+    tokens: int = 0
+    budget: int = 0
+
+
+@dataclass
+class ContextResult:
+    messages: list[dict[str, Any]]
+    total_tokens: int
+    limit: int
+    reserve_output: int
+    omitted_turns: int
+    included_seqs: list[int]
+    facts_used: int
+    memories_used: int
+    tool_results_used: int
+    sections: dict[str, Section] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def group_blocks(turns: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Atomic units of history: a message plus any tool results that follow it."""
+    blocks: list[list[dict[str, Any]]] = []
+    for turn in turns:
+        if turn.get("role") == "tool" and blocks:
+            blocks[-1].append(turn)
+        else:
+            blocks.append([turn])
+    return blocks
+
+
+def _public(turn: dict[str, Any]) -> dict[str, Any]:
+    keep = ("role", "content", "name", "tool_calls", "tool_call_id")
+    return {k: turn[k] for k in keep if turn.get(k) not in (None, [])} | {"content": turn.get("content") or ""}
+
+
+def _system_tokens(content: str) -> int:
+    return count_tokens(f"<|im_start|>system\n{content}<|im_end|>\n")
+
+
+def _truncate_to_tokens(text: str, max_tokens: int) -> str:
+    ids = tokenizer.encode(text)
+    if len(ids) <= max_tokens:
+        return text
+    cut = tokenizer.qwen25_encoding().decode(ids[: max(0, max_tokens - 2)])
+    return cut + " …"
+
+
+def build_context(req: ContextRequest) -> ContextResult:
+    max_tokens = req.max_tokens
+    reserve = req.reserve_output if req.reserve_output is not None else int(max_tokens * req.shares.output)
+    limit = max_tokens - reserve
+    if limit <= 0:
+        raise BudgetError(
+            f"reserve_output ({reserve}) leaves no room in max_tokens ({max_tokens})",
+            {"max_tokens": max_tokens, "reserve_output": reserve},
+        )
+    template = count_tokens(tokenizer.GENERATION_PROMPT)
+    system_text = req.system_prompt if req.system_prompt is not None else tokenizer.DEFAULT_SYSTEM_PROMPT
+    system_tokens = _system_tokens(system_text)
+
+    blocks = group_blocks(req.turns)
+    block_tokens = [count_block(block) for block in blocks]
+    newest = block_tokens[-1] if blocks else 0
+    mandatory = system_tokens + template + newest
+    if mandatory > limit:
+        raise BudgetError(
+            f"system prompt ({system_tokens} tokens) and newest turn ({newest} tokens) need "
+            f"{mandatory} tokens with the template; max_tokens - reserve_output is {limit}",
+            {"system": system_tokens, "newest_turn": newest, "template": template, "limit": limit},
+        )
+    notes: list[str] = []
+    content = system_text
+    current = system_tokens
+
+    def grown(extra: str) -> int:
+        return _system_tokens(content + extra) - current
+
+    def room() -> int:
+        return limit - current - template - newest
+
+    # Summary: part of the history share, but it goes in before any older turn.
+    summary_tokens = 0
+    if req.summary:
+        section = SUMMARY_HEADER + req.summary
+        cost = grown(section)
+        if cost > room():
+            section = SUMMARY_HEADER + _truncate_to_tokens(req.summary, max(0, room() - 16))
+            cost = grown(section)
+            notes.append("summary_truncated")
+        if cost <= room():
+            content += section
+            current += cost
+            summary_tokens = cost
+
+    # Tool results: up to their share; the one that overflows is cut, the rest dropped.
+    tools_budget = int(max_tokens * req.shares.tools)
+    tools_tokens = 0
+    tools_used = 0
+    for i, result in enumerate(req.tool_results):
+        name = result.get("name") or "tool"
+        piece = ("" if i else TOOLS_HEADER) + f"<tool_response name=\"{name}\">\n{result.get('content', '')}\n</tool_response>\n"
+        cost = grown(piece)
+        allowed = min(tools_budget - tools_tokens, room())
+        if cost > allowed:
+            keep = allowed - (cost - count_tokens(str(result.get("content", ""))))
+            if keep < MIN_TRUNCATED_TOOL_TOKENS:
+                break
+            short = _truncate_to_tokens(str(result.get("content", "")), keep - 2)
+            piece = ("" if i else TOOLS_HEADER) + f"<tool_response name=\"{name}\">\n{short}\n</tool_response>\n"
+            cost = grown(piece)
+            if cost > allowed:
+                break
+            notes.append("tool_result_truncated")
+        content += piece
+        current += cost
+        tools_tokens += cost
+        tools_used += 1
+
+    # Memory: facts first, then recalled memories in rank order, within the memory share.
+    memory_budget = int(max_tokens * req.shares.memory)
+    memory_tokens = 0
+    used = {"facts": 0, "memories": 0}
+    for kind, header, lines in (("facts", FACTS_HEADER, req.facts), ("memories", MEMORIES_HEADER, req.memories)):
+        for line in lines:
+            piece = ("" if used[kind] else header) + f"- {line}\n"
+            cost = grown(piece)
+            if cost > min(memory_budget - memory_tokens, room()):
+                break
+            content += piece
+            current += cost
+            memory_tokens += cost
+            used[kind] += 1
+
+    # History: every token left, newest block first, contiguous.
+    remaining = limit - current - template
+    chosen: list[list[dict[str, Any]]] = []
+    history_tokens = 0
+    for block, tokens in zip(reversed(blocks), reversed(block_tokens), strict=False):
+        if tokens > remaining - history_tokens:
+            break
+        chosen.append(block)
+        history_tokens += tokens
+    chosen.reverse()
+    kept = [turn for block in chosen for turn in block]
+
+    messages = [{"role": "system", "content": content}] + [_public(t) for t in kept]
+    total = tokenizer.count_chat(messages, add_generation_prompt=True)
+    while total > limit and len(kept) > len(blocks[-1] if blocks else []):  # pragma: no cover - guard
+        kept = kept[len(chosen.pop(0)) :]
+        messages = [{"role": "system", "content": content}] + [_public(t) for t in kept]
+        total = tokenizer.count_chat(messages, add_generation_prompt=True)
+    if total > limit:  # pragma: no cover - additivity makes this unreachable; never return over budget
+        raise BudgetError("context does not fit", {"total": total, "limit": limit})
+
+    sections = {
+        "system": Section(system_tokens, int(max_tokens * req.shares.system)),
+        "memory": Section(memory_tokens, memory_budget),
+        "summary": Section(summary_tokens, 0),
+        "history": Section(history_tokens, limit - system_tokens - tools_tokens - memory_tokens - template),
+        "tool_results": Section(tools_tokens, tools_budget),
+        "template": Section(template, template),
+        "output_reserved": Section(reserve, reserve),
+    }
+    return ContextResult(
+        messages=messages,
+        total_tokens=total,
+        limit=limit,
+        reserve_output=reserve,
+        omitted_turns=len(req.turns) - len(kept),
+        included_seqs=[int(t["seq"]) for t in kept if "seq" in t],
+        facts_used=used["facts"],
+        memories_used=used["memories"],
+        tool_results_used=tools_used,
+        sections=sections,
+        notes=notes,
+    )

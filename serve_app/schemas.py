@@ -1,0 +1,254 @@
+"""HTTP API v1 request and response models: the service's boundary, validated strictly."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from serve_app.core.ids import ID_PATTERN
+from serve_app.settings import BudgetShares
+
+MAX_CONTENT_BYTES = 64 * 1024
+MAX_MESSAGES_PER_REQUEST = 100
+Role = Literal["system", "user", "assistant", "tool"]
+Category = Literal["preference", "fact", "decision", "task"]
+Id = Field(pattern=ID_PATTERN, min_length=1, max_length=128)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolFunction(Strict):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(Strict):
+    id: str | None = Field(None, max_length=128)
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class MessageIn(Strict):
+    role: Role
+    content: str = ""
+    id: str | None = Field(None, pattern=ID_PATTERN, description="Client message id: a retry with the same id is stored once.")
+    created_at: datetime | None = Field(None, description="When the turn happened; defaults to now.")
+    name: str | None = Field(None, max_length=128)
+    tool_call_id: str | None = Field(None, max_length=128)
+    tool_calls: list[ToolCall] | None = Field(None, max_length=32)
+
+    @field_validator("content")
+    @classmethod
+    def _content_size(cls, value: str) -> str:
+        if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
+            raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> MessageIn:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.tool_call_id and self.role != "tool":
+            raise ValueError("only tool messages carry tool_call_id")
+        return self
+
+    def stored(self, now: datetime) -> dict[str, Any]:
+        """The JSON object kept in the session log."""
+        data = self.model_dump(exclude_none=True, mode="json")
+        data["created_at"] = (self.created_at or now).isoformat()
+        if self.tool_calls:
+            for call in data["tool_calls"]:
+                if isinstance(call["function"]["arguments"], dict):
+                    call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
+        return data
+
+
+class AppendRequest(Strict):
+    user_id: str = Id
+    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES_PER_REQUEST)
+
+
+class AppendResponse(BaseModel):
+    session_id: str
+    seqs: list[int] = Field(description="Stored seq of each message, in request order.")
+    duplicates: list[bool] = Field(description="True where the client id was already stored (original seq returned).")
+
+
+class SessionInfo(BaseModel):
+    session_id: str
+    user_id: str
+    message_count: int
+    covers_upto_seq: int
+    memorized_upto_seq: int
+    summary_version: int
+    summary_degraded: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class StoredMessage(BaseModel):
+    seq: int
+    role: Role
+    content: str
+    id: str | None = None
+    created_at: datetime | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class MessagesPage(BaseModel):
+    session_id: str
+    messages: list[StoredMessage]
+    summary: str
+    covers_upto_seq: int
+    next_after: int | None = Field(description="Pass as `after` for the next page; null at the end.")
+
+
+class ToolResultIn(Strict):
+    name: str = Field("tool", max_length=128)
+    content: str
+
+    @field_validator("content")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
+            raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
+        return value
+
+
+class ContextRequestIn(Strict):
+    user_id: str = Id
+    session_id: str = Id
+    query: str = Field("", max_length=8192, description="Drives recall; not stored.")
+    system_prompt: str | None = Field(None, max_length=65536)
+    tool_results: list[ToolResultIn] = Field(default_factory=list, max_length=32)
+    max_tokens: int | None = Field(None, ge=256, le=1_048_576)
+    reserve_output: int | None = Field(None, ge=0, le=1_048_576)
+    shares: BudgetShares | None = None
+    top_k: int | None = Field(None, ge=0, le=100)
+    min_score: float | None = Field(None, ge=-1, le=1)
+
+
+class SectionUsage(BaseModel):
+    tokens: int
+    budget: int
+
+
+class ContextUsage(BaseModel):
+    total_tokens: int = Field(description="Exact Qwen2.5 prompt tokens of `messages`, generation prompt included.")
+    max_tokens: int
+    reserve_output: int
+    limit: int
+    omitted_turns: int = Field(description="Unsummarized turns that did not fit.")
+    percent_used: float
+    sections: dict[str, SectionUsage]
+
+
+class RecalledMemory(BaseModel):
+    id: str
+    text: str
+    score: float
+    session_id: str
+    seq: int
+    created_at: datetime
+
+
+class FactOut(BaseModel):
+    key: str
+    value: str
+    category: Category
+    source_session: str | None
+    source_seqs: list[int]
+    valid_from: datetime
+    valid_to: datetime | None
+
+
+class ContextResponse(BaseModel):
+    messages: list[dict[str, Any]]
+    usage: ContextUsage
+    recalled: list[RecalledMemory]
+    facts: list[FactOut]
+    summary_included: bool
+    included_seqs: list[int]
+    degraded: list[str]
+
+
+class CompressResponse(BaseModel):
+    session_id: str
+    compacted: bool
+    summary: str
+    covers_upto_seq: int
+    tokens_before: int
+    tokens_after: int
+    cas_conflicts: int = Field(description="Compare-and-set retries lost to a concurrent compaction.")
+
+
+class UserSessions(BaseModel):
+    user_id: str
+    sessions: list[dict[str, Any]]
+
+
+class FactIn(Strict):
+    value: str = Field(min_length=1, max_length=4096)
+    category: Category = "fact"
+    source_session: str | None = Field(None, pattern=ID_PATTERN)
+    source_seqs: list[int] = Field(default_factory=list, max_length=256)
+
+
+class FactWrite(BaseModel):
+    fact: FactOut
+    changed: bool
+
+
+class MemoryIn(Strict):
+    text: str = Field(min_length=1, max_length=8192)
+    id: str | None = Field(None, pattern=ID_PATTERN)
+    created_at: datetime | None = None
+
+
+class MemoryOut(BaseModel):
+    id: str
+    text: str
+    session_id: str
+    seq: int
+    role: str
+    kind: str
+    created_at: datetime
+
+
+class SearchRequest(Strict):
+    query: str = Field(min_length=1, max_length=8192)
+    top_k: int = Field(10, ge=1, le=100)
+    min_score: float = Field(0.0, ge=-1, le=1)
+
+
+class SearchHit(BaseModel):
+    id: str
+    text: str
+    score: float
+    session_id: str
+    seq: int
+    created_at: datetime
+
+
+class Deleted(BaseModel):
+    deleted: bool
+    details: dict[str, int] = Field(default_factory=dict)
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    backends: dict[str, str]

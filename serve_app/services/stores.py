@@ -1,0 +1,43 @@
+"""The store clients one replica holds: opened once, pooled, closed on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from serve_app.settings import Settings
+from serve_app.stores.facts import FactStore
+from serve_app.stores.session_log import SessionLog
+from serve_app.stores.vectors import VectorStore
+
+
+@dataclass
+class Stores:
+    log: SessionLog
+    facts: FactStore
+    vectors: VectorStore
+
+    @classmethod
+    async def connect(cls, settings: Settings) -> Stores:
+        log = SessionLog(settings.redis_url, settings.session_ttl_s)
+        facts = await FactStore.connect(settings.postgres_dsn)
+        vectors = await asyncio.to_thread(
+            VectorStore, settings.milvus_uri, settings.milvus_collection, settings.embedding_dim, settings.milvus_token
+        )
+        return cls(log, facts, vectors)
+
+    async def close(self) -> None:
+        await asyncio.gather(self.log.close(), self.facts.close(), self.vectors.close(), return_exceptions=True)
+
+    async def health(self) -> dict[str, str]:
+        async def check(name: str, probe) -> tuple[str, str]:
+            try:
+                await asyncio.wait_for(probe(), timeout=2.0)
+                return name, "ok"
+            except Exception as exc:  # a health probe reports, it does not raise
+                return name, f"unavailable: {type(exc).__name__}"
+
+        results = await asyncio.gather(
+            check("redis", self.log.ping), check("postgres", self.facts.ping), check("milvus", self.vectors.ping)
+        )
+        return dict(results)

@@ -1,0 +1,82 @@
+"""Service configuration: one pydantic-settings model read from the environment or Serve `args`.
+
+The same code runs embedded and in production; only these values change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BudgetShares(BaseModel):
+    """Share of `max_tokens` per prompt section (DESIGN.md); what a section leaves unused goes to history."""
+
+    model_config = {"extra": "forbid"}
+
+    system: float = Field(0.06, ge=0, le=1)
+    memory: float = Field(0.12, ge=0, le=1, description="Recalled memories and user facts.")
+    history: float = Field(0.62, ge=0, le=1, description="Session summary and recent turns.")
+    tools: float = Field(0.12, ge=0, le=1)
+    output: float = Field(0.06, ge=0, le=1, description="Reserved for the model's answer.")
+
+    @model_validator(mode="after")
+    def _sum_at_most_one(self) -> BudgetShares:
+        total = self.system + self.memory + self.history + self.tools + self.output
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"budget shares add up to {total:.3f}, more than 1")
+        return self
+
+
+class Settings(BaseSettings):
+    """All knobs with their defaults. Env: `MEMSERVE_<NAME>`, plus REDIS_URL, POSTGRES_DSN, MILVUS_URI."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMSERVE_", extra="forbid", populate_by_name=True)
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:16379/0",
+        validation_alias=AliasChoices("redis_url", "REDIS_URL", "MEMSERVE_REDIS_URL"),
+    )
+    postgres_dsn: str = Field(
+        "postgresql://postgres@127.0.0.1:15432/postgres",
+        validation_alias=AliasChoices("postgres_dsn", "POSTGRES_DSN", "MEMSERVE_POSTGRES_DSN"),
+    )
+    milvus_uri: str = Field(
+        "http://127.0.0.1:19530",
+        validation_alias=AliasChoices("milvus_uri", "MILVUS_URI", "MEMSERVE_MILVUS_URI"),
+    )
+    milvus_token: str = ""
+    milvus_collection: str = "memories"
+
+    default_tenant: str = "local"
+    session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
+
+    default_max_tokens: int = Field(8192, ge=256)
+    shares: BudgetShares = BudgetShares()
+
+    compaction_trigger_tokens: int = Field(
+        4000, ge=64, description="Unsummarized history above this is compacted by the memorizer."
+    )
+    compaction_keep_rounds: int = Field(2, ge=2, description="Newest rounds never compacted.")
+    summary_max_tokens: int = Field(
+        512, ge=64, description="Cap on the gist part of the extractive summary."
+    )
+
+    embedding_model: str = Field("", description="Path of a sentence-transformers model; empty = the bundled all-MiniLM-L6-v2.")
+    embedding_dim: int = 384
+    embedder_max_batch_size: int = Field(16, ge=1)
+    embedder_batch_wait_s: float = Field(0.005, ge=0)
+
+    recall_top_k: int = Field(8, ge=0, le=100)
+    recall_min_score: float = Field(0.25, ge=-1, le=1)
+
+    memorizer_sweep_interval_s: float = Field(1.0, gt=0)
+    memorizer_batch_size: int = Field(64, ge=1)
+
+    def redacted(self) -> dict[str, Any]:
+        """Settings for logs, with credentials masked."""
+        data = self.model_dump()
+        data["milvus_token"] = "***" if self.milvus_token else ""
+        return data

@@ -1,0 +1,184 @@
+"""Structured long-term facts in PostgreSQL, bi-temporal: an update or delete closes the old row.
+
+`(tenant_id, user_id, key)` has at most one open row (a partial unique index), so history is never
+erased and two concurrent writers cannot both make their value current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+CATEGORIES = ("preference", "fact", "decision", "task")
+
+# Append-only list: a released migration is never edited, only followed by a new one.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE facts (
+            id           BIGSERIAL PRIMARY KEY,
+            tenant_id    TEXT NOT NULL,
+            user_id      TEXT NOT NULL,
+            key          TEXT NOT NULL,
+            value        TEXT NOT NULL,
+            category     TEXT NOT NULL CHECK (category IN ('preference', 'fact', 'decision', 'task')),
+            source_session TEXT,
+            source_seqs  BIGINT[] NOT NULL DEFAULT '{}',
+            valid_from   TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+            valid_to     TIMESTAMPTZ
+        );
+        CREATE UNIQUE INDEX facts_one_current ON facts (tenant_id, user_id, key) WHERE valid_to IS NULL;
+        CREATE INDEX facts_history ON facts (tenant_id, user_id, key, valid_from);
+        """,
+    ),
+)
+
+_MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once
+
+
+@dataclass
+class Fact:
+    key: str
+    value: str
+    category: str
+    source_session: str | None
+    source_seqs: list[int]
+    valid_from: datetime
+    valid_to: datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Fact:
+        return cls(
+            key=row["key"],
+            value=row["value"],
+            category=row["category"],
+            source_session=row["source_session"],
+            source_seqs=list(row["source_seqs"]),
+            valid_from=row["valid_from"],
+            valid_to=row["valid_to"],
+        )
+
+
+async def migrate(pool: asyncpg.Pool) -> int:
+    """Apply pending migrations in order, each in its own transaction; returns the schema version."""
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            for version, sql in MIGRATIONS:
+                if version in applied:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(sql)
+                    await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            return max([v for v, _ in MIGRATIONS] + list(applied))
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+
+
+_COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to"
+
+
+class FactStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 8) -> FactStore:
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=10)
+        await migrate(pool)
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def ping(self) -> bool:
+        return await self.pool.fetchval("SELECT 1") == 1
+
+    async def current(self, tenant: str, user: str) -> list[Fact]:
+        rows = await self.pool.fetch(
+            f"SELECT {_COLUMNS} FROM facts WHERE tenant_id=$1 AND user_id=$2 AND valid_to IS NULL ORDER BY key",
+            tenant,
+            user,
+        )
+        return [Fact.from_row(r) for r in rows]
+
+    async def get(self, tenant: str, user: str, key: str) -> Fact | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_COLUMNS} FROM facts WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
+            tenant,
+            user,
+            key,
+        )
+        return Fact.from_row(row) if row else None
+
+    async def history(self, tenant: str, user: str, key: str) -> list[Fact]:
+        rows = await self.pool.fetch(
+            f"SELECT {_COLUMNS} FROM facts WHERE tenant_id=$1 AND user_id=$2 AND key=$3 ORDER BY valid_from, id",
+            tenant,
+            user,
+            key,
+        )
+        return [Fact.from_row(r) for r in rows]
+
+    async def put(
+        self,
+        tenant: str,
+        user: str,
+        key: str,
+        value: str,
+        category: str,
+        *,
+        source_session: str | None = None,
+        source_seqs: list[int] | None = None,
+    ) -> tuple[Fact, bool]:
+        """Make `value` current, closing the previous row; (fact, changed). Same value = no new row."""
+        if category not in CATEGORIES:
+            raise ValueError(f"category must be one of {CATEGORIES}")
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Serialize writers of one key so the close-then-insert pair is atomic for them.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}\x1f{key}")
+            row = await conn.fetchrow(
+                f"SELECT id, {_COLUMNS} FROM facts WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
+                tenant,
+                user,
+                key,
+            )
+            if row and row["value"] == value and row["category"] == category:
+                return Fact.from_row(row), False
+            if row:
+                await conn.execute("UPDATE facts SET valid_to = clock_timestamp() WHERE id = $1", row["id"])
+            new = await conn.fetchrow(
+                "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs)"
+                f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}",
+                tenant,
+                user,
+                key,
+                value,
+                category,
+                source_session,
+                source_seqs or [],
+            )
+            return Fact.from_row(new), True
+
+    async def delete(self, tenant: str, user: str, key: str) -> bool:
+        """Close the current row; its history stays readable."""
+        status = await self.pool.execute(
+            "UPDATE facts SET valid_to = clock_timestamp()"
+            " WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
+            tenant,
+            user,
+            key,
+        )
+        return status.endswith(" 1")
+
+    async def stats(self) -> dict[str, Any]:
+        return dict(await self.pool.fetchrow("SELECT count(*) AS rows, count(*) FILTER (WHERE valid_to IS NULL) AS current FROM facts"))

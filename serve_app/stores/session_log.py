@@ -1,0 +1,231 @@
+"""Short-term memory in Redis: an append-only, gapless log per session with a summary checkpoint.
+
+Every multi-key change is one Lua script, so it is atomic on the server: a concurrent append is
+never lost, a retried client id is stored once, and a checkpoint is written by compare-and-set.
+The list index is the seq (RPUSH returns the new length), so seqs are gapless by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+_APPEND = """
+local owner = redis.call('HGET', KEYS[1], 'user_id')
+if owner and owner ~= ARGV[1] then return {-1, owner} end
+if not owner then
+  redis.call('HSET', KEYS[1], 'user_id', ARGV[1], 'created_at', ARGV[3], 'covers_upto_seq', 0,
+             'memorized_upto_seq', 0, 'version', 0)
+end
+local out = {1}
+local added = 0
+local n = tonumber(ARGV[6])
+for i = 0, n - 1 do
+  local mid = ARGV[7 + 2 * i]
+  local existing = false
+  if mid ~= '' then existing = redis.call('HGET', KEYS[3], mid) end
+  if existing then
+    out[#out + 1] = -tonumber(existing)
+  else
+    local seq = redis.call('RPUSH', KEYS[2], ARGV[8 + 2 * i])
+    if mid ~= '' then redis.call('HSET', KEYS[3], mid, seq) end
+    out[#out + 1] = seq
+    added = added + 1
+  end
+end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
+if added > 0 then redis.call('ZADD', KEYS[5], 'NX', ARGV[3], ARGV[4]) end
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[5])
+local ttl = tonumber(ARGV[2])
+for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+return out
+"""
+
+_CHECKPOINT_CAS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+local version = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if version ~= tonumber(ARGV[1]) then return -1 end
+local covers = tonumber(redis.call('HGET', KEYS[1], 'covers_upto_seq') or '0')
+if tonumber(ARGV[3]) < covers or tonumber(ARGV[3]) > redis.call('LLEN', KEYS[2]) then return -1 end
+redis.call('HSET', KEYS[1], 'summary', ARGV[2], 'covers_upto_seq', ARGV[3], 'summary_degraded', ARGV[4],
+           'summary_state', ARGV[5], 'version', version + 1)
+return version + 1
+"""
+
+_ADVANCE_CURSOR = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  return -2
+end
+local cur = tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0')
+local new = tonumber(ARGV[1])
+if new > cur then redis.call('HSET', KEYS[1], 'memorized_upto_seq', new); cur = new end
+if cur >= redis.call('LLEN', KEYS[2]) and ARGV[3] == '1' then redis.call('ZREM', KEYS[3], ARGV[2]) end
+return cur
+"""
+
+PENDING_KEY = "ms:pending"
+
+
+class SessionOwnerError(Exception):
+    """The session belongs to another user (HTTP 409)."""
+
+    def __init__(self, owner: str):
+        super().__init__(f"session belongs to another user ({owner})")
+        self.owner = owner
+
+
+@dataclass
+class AppendResult:
+    seqs: list[int]
+    duplicates: list[bool]
+
+
+@dataclass
+class SessionMeta:
+    user_id: str
+    message_count: int
+    covers_upto_seq: int
+    memorized_upto_seq: int
+    version: int
+    summary: str
+    summary_degraded: bool
+    summary_state: dict[str, Any] | None
+    created_at_ms: int
+    updated_at_ms: int
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SessionLog:
+    """Async Redis client for session logs, checkpoints, cursors and the pending set."""
+
+    def __init__(self, url: str, ttl_s: int):
+        self.redis = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
+        self.ttl_s = ttl_s
+        self._append = self.redis.register_script(_APPEND)
+        self._cas = self.redis.register_script(_CHECKPOINT_CAS)
+        self._advance = self.redis.register_script(_ADVANCE_CURSOR)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    @staticmethod
+    def _base(tenant: str, session: str) -> str:
+        # One hash tag per session keeps its keys in one slot for Redis Cluster.
+        return f"ms:{{{tenant}/{session}}}"
+
+    def _keys(self, tenant: str, session: str) -> tuple[str, str, str]:
+        base = self._base(tenant, session)
+        return f"{base}:meta", f"{base}:log", f"{base}:ids"
+
+    @staticmethod
+    def user_sessions_key(tenant: str, user: str) -> str:
+        return f"ms:{{{tenant}/u/{user}}}:sessions"
+
+    @staticmethod
+    def pending_member(tenant: str, session: str) -> str:
+        return f"{tenant}/{session}"
+
+    async def append(
+        self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]
+    ) -> AppendResult:
+        """Append messages atomically; a message whose client id was seen returns its first seq."""
+        meta, log, ids = self._keys(tenant, session)
+        args: list[Any] = [user, self.ttl_s, now_ms(), self.pending_member(tenant, session), session, len(messages)]
+        for message in messages:
+            args += [message.get("id") or "", json.dumps(message, ensure_ascii=False, separators=(",", ":"))]
+        keys = [meta, log, ids, self.user_sessions_key(tenant, user), PENDING_KEY]
+        out = await self._append(keys=keys, args=args)
+        if int(out[0]) == -1:
+            raise SessionOwnerError(str(out[1]))
+        raw = [int(x) for x in out[1:]]
+        return AppendResult(seqs=[abs(x) for x in raw], duplicates=[x < 0 for x in raw])
+
+    async def meta(self, tenant: str, session: str) -> SessionMeta | None:
+        meta_key, log_key, _ = self._keys(tenant, session)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(meta_key)
+            pipe.llen(log_key)
+            data, count = await pipe.execute()
+        if not data:
+            return None
+        state = data.get("summary_state")
+        return SessionMeta(
+            user_id=data["user_id"],
+            message_count=int(count),
+            covers_upto_seq=int(data.get("covers_upto_seq", 0)),
+            memorized_upto_seq=int(data.get("memorized_upto_seq", 0)),
+            version=int(data.get("version", 0)),
+            summary=data.get("summary", ""),
+            summary_degraded=data.get("summary_degraded") == "1",
+            summary_state=json.loads(state) if state else None,
+            created_at_ms=int(data.get("created_at", 0)),
+            updated_at_ms=int(data.get("updated_at", 0)),
+        )
+
+    async def read(self, tenant: str, session: str, after: int = 0, limit: int = -1) -> list[dict[str, Any]]:
+        """Messages with seq > after (at most `limit`, -1 for all), each with its seq."""
+        _, log_key, _ = self._keys(tenant, session)
+        stop = -1 if limit < 0 else after + limit - 1
+        raw = await self.redis.lrange(log_key, after, stop)
+        return [json.loads(item) | {"seq": after + i + 1} for i, item in enumerate(raw)]
+
+    async def write_checkpoint(
+        self,
+        tenant: str,
+        session: str,
+        *,
+        expected_version: int,
+        summary: str,
+        covers_upto_seq: int,
+        degraded: bool,
+        state: dict[str, Any] | None,
+    ) -> int | None:
+        """Compare-and-set the summary checkpoint; None when another writer got there first."""
+        meta_key, log_key, _ = self._keys(tenant, session)
+        args = [expected_version, summary, covers_upto_seq, "1" if degraded else "0", json.dumps(state or {})]
+        out = int(await self._cas(keys=[meta_key, log_key], args=args))
+        return out if out >= 0 else None
+
+    async def advance_cursor(self, tenant: str, session: str, upto_seq: int, *, done: bool) -> int:
+        """Move memorized_upto_seq forward (never back); drop the session from pending when caught up."""
+        meta_key, log_key, _ = self._keys(tenant, session)
+        member = self.pending_member(tenant, session)
+        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, "1" if done else "0"]))
+
+    async def pending(self, limit: int = 100) -> list[tuple[str, str]]:
+        members = await self.redis.zrange(PENDING_KEY, 0, limit - 1)
+        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
+
+    async def user_sessions(self, tenant: str, user: str) -> list[tuple[str, int]]:
+        """The user's live sessions, newest activity first; expired sessions are pruned on read."""
+        key = self.user_sessions_key(tenant, user)
+        entries = await self.redis.zrevrange(key, 0, -1, withscores=True)
+        alive = []
+        for session, score in entries:
+            if await self.redis.exists(self._keys(tenant, session)[0]):
+                alive.append((session, int(score)))
+            else:
+                await self.redis.zrem(key, session)
+        return alive
+
+    async def delete(self, tenant: str, session: str) -> bool:
+        meta_key, log_key, ids_key = self._keys(tenant, session)
+        owner = await self.redis.hget(meta_key, "user_id")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(meta_key, log_key, ids_key)
+            pipe.zrem(PENDING_KEY, self.pending_member(tenant, session))
+            if owner:
+                pipe.zrem(self.user_sessions_key(tenant, owner), session)
+            removed = (await pipe.execute())[0]
+        return bool(removed)
