@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from datetime import datetime, timezone
 
 import asyncpg
@@ -82,19 +81,17 @@ for _exc in UNAVAILABLE:
 
 
 @app.middleware("http")
-async def request_id_middleware(request: Request, call_next):
-    """Every response and log line carries a request id (the client's, or a new one)."""
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+async def access_log(request: Request, call_next):
+    """One structured log line per request. Serve itself puts `x-request-id` on every response
+    (the client's own, or a new one) and on every replica log line."""
     started = time.perf_counter()
     response = await call_next(request)
-    response.headers["x-request-id"] = request_id
     logger.info(
         "%s %s -> %s in %.1f ms",
         request.method,
         request.url.path,
         response.status_code,
         (time.perf_counter() - started) * 1000,
-        extra={"request_id": request_id},
     )
     return response
 
@@ -293,4 +290,5 @@ class Ingress:
         ]
 
     async def __del__(self):
-        await self.stores.close()
+        if hasattr(self, "stores"):
+            await self.stores.close()

@@ -89,5 +89,6 @@ class Memorizer:
             raise RuntimeError("memorizer sweep loop stopped")
 
     async def __del__(self):
-        self.sweeper.cancel()
-        await self.stores.close()
+        if hasattr(self, "sweeper"):
+            self.sweeper.cancel()
+            await self.stores.close()

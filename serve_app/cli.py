@@ -17,6 +17,7 @@ from serve_app.embedded.launchers import EmbeddedBackends, LaunchError, Ports
 cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM agents on Ray Serve.")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.yaml"
 EXTERNAL_VARS = ("REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")
+DATA_DIR_MARKER = "MEMSERVE_UP_DATA_DIR"
 
 
 def _run_dir(data_dir: Path) -> Path:
@@ -60,10 +61,9 @@ def up(
         _say(f"error: memserve is already running on {data_dir} (pid {pid_file.read_text()}); run memserve down")
         raise typer.Exit(1)
     pid_file.write_text(str(os.getpid()))
+    os.environ[DATA_DIR_MARKER] = str(data_dir)  # inherited by every child: `down` finds them by it
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
 
     backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port))
     try:
@@ -85,6 +85,9 @@ def up(
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         start_ray(ray_temp_dir(data_dir), metrics_port=metrics_port or None)
         deploy_config(serve_config)
+        # Installed after ray.init, which sets its own SIGTERM handler that would skip our cleanup.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         http = serve_config.http_options
         _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
         if metrics_port:
@@ -133,8 +136,6 @@ def down(
     """Stop a running `memserve up` and everything it started; leaves no process behind."""
     import psutil
 
-    from serve_app.serving import ray_temp_dir
-
     data_dir = data_dir.resolve()
     run_dir = _run_dir(data_dir)
     pid_file = run_dir / "memserve.pid"
@@ -148,11 +149,12 @@ def down(
     backends_file = run_dir / "backends.json"
     if backends_file.exists():
         leftovers += [info["pid"] for info in json.loads(backends_file.read_text()).values()]
-    marker = ray_temp_dir(data_dir)
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if marker in cmd or (str(data_dir) in cmd and proc.info["pid"] != os.getpid()):
-            leftovers.append(proc.info["pid"])
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.info["pid"] != os.getpid() and proc.environ().get(DATA_DIR_MARKER) == str(data_dir):
+                leftovers.append(proc.info["pid"])
+        except (psutil.Error, OSError):
+            continue
     if _alive(pid):
         leftovers.append(pid)
     killed = 0

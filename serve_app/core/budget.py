@@ -14,8 +14,8 @@ from typing import Any
 from serve_app.core import tokenizer
 from serve_app.core.tokenizer import count_block, count_tokens
 
-FACTS_HEADER = "\n\n# Known facts about the user\n"
-MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations\n"
+FACTS_HEADER = "\n\n# Known facts about the user"
+MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
 SUMMARY_HEADER = "\n\n# Summary of the earlier part of this conversation\n"
 TOOLS_HEADER = "\n\n# Tool results\n"
 MIN_TRUNCATED_TOOL_TOKENS = 16
@@ -179,7 +179,7 @@ def build_context(req: ContextRequest) -> ContextResult:
     used = {"facts": 0, "memories": 0}
     for kind, header, lines in (("facts", FACTS_HEADER, req.facts), ("memories", MEMORIES_HEADER, req.memories)):
         for line in lines:
-            piece = ("" if used[kind] else header) + f"- {line}\n"
+            piece = ("" if used[kind] else header) + f"\n- {line}"
             cost = grown(piece)
             if cost > min(memory_budget - memory_tokens, room()):
                 break

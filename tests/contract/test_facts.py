@@ -1,0 +1,62 @@
+"""Facts contract against a real PostgreSQL server."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from serve_app.stores.facts import FactStore, migrate
+
+
+@pytest.fixture
+async def facts(backends):
+    store = await FactStore.connect(backends.env["POSTGRES_DSN"])
+    yield store
+    await store.close()
+
+
+async def test_migrations_are_idempotent(facts):
+    assert await migrate(facts.pool) == await migrate(facts.pool)
+
+
+async def test_update_supersedes_and_keeps_history(facts):
+    user = "u-" + uuid.uuid4().hex[:6]
+    _, changed = await facts.put("t", user, "language", "Python", "preference", source_session="s1", source_seqs=[3])
+    assert changed
+    _, changed = await facts.put("t", user, "language", "Python", "preference")
+    assert not changed  # same value: no new row
+    await facts.put("t", user, "language", "Go", "preference", source_seqs=[9])
+    assert (await facts.get("t", user, "language")).value == "Go"
+    history = await facts.history("t", user, "language")
+    assert [f.value for f in history] == ["Python", "Go"]
+    assert history[0].valid_to is not None and history[1].valid_to is None
+    assert history[0].source_seqs == [3]
+
+
+async def test_delete_closes_without_erasing(facts):
+    user = "u-" + uuid.uuid4().hex[:6]
+    await facts.put("t", user, "city", "Lyon", "fact")
+    assert await facts.delete("t", user, "city")
+    assert await facts.get("t", user, "city") is None
+    assert [f.value for f in await facts.history("t", user, "city")] == ["Lyon"]
+    assert not await facts.delete("t", user, "city")
+
+
+async def test_concurrent_writers_leave_one_current_row(facts):
+    user = "u-" + uuid.uuid4().hex[:6]
+    await asyncio.gather(*(facts.put("t", user, "k", f"v{i}", "fact") for i in range(20)))
+    current = [f for f in await facts.history("t", user, "k") if f.valid_to is None]
+    assert len(current) == 1
+    assert len(await facts.history("t", user, "k")) == 20
+
+
+async def test_tenants_and_users_are_separate(facts):
+    await facts.put("t1", "same", "k", "one", "fact")
+    await facts.put("t2", "same", "k", "two", "fact")
+    assert (await facts.get("t1", "same", "k")).value == "one"
+    assert (await facts.get("t2", "same", "k")).value == "two"
+
+
+async def test_bad_category_is_rejected(facts):
+    with pytest.raises(ValueError):
+        await facts.put("t", "u", "k", "v", "gossip")

@@ -1,0 +1,111 @@
+"""Session log contract against a real Redis server."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from serve_app.stores.session_log import PENDING_KEY, SessionLog, SessionOwnerError
+
+
+@pytest.fixture
+async def log(backends):
+    store = SessionLog(backends.env["REDIS_URL"], ttl_s=3600)
+    yield store
+    await store.close()
+
+
+def _sid() -> str:
+    return "s-" + uuid.uuid4().hex[:8]
+
+
+async def test_seqs_are_gapless_and_ids_idempotent(log):
+    sid = _sid()
+    first = await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "m1"}, {"role": "assistant", "content": "b"}])
+    assert first.seqs == [1, 2] and first.duplicates == [False, False]
+    again = await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "c", "id": "m2"}])
+    assert again.seqs == [1, 3] and again.duplicates == [True, False]
+    rows = await log.read("t", sid)
+    assert [r["seq"] for r in rows] == [1, 2, 3]
+    assert [r["content"] for r in rows] == ["a", "b", "c"]
+    page = await log.read("t", sid, after=1, limit=1)
+    assert [r["seq"] for r in page] == [2]
+
+
+async def test_another_user_is_refused(log):
+    sid = _sid()
+    await log.append("t", sid, "alice", [{"role": "user", "content": "x"}])
+    with pytest.raises(SessionOwnerError):
+        await log.append("t", sid, "mallory", [{"role": "user", "content": "y"}])
+    assert len(await log.read("t", sid)) == 1
+
+
+async def test_tenants_are_separate(log):
+    sid = _sid()
+    await log.append("t1", sid, "alice", [{"role": "user", "content": "x"}])
+    assert await log.meta("t2", sid) is None
+    await log.append("t2", sid, "bob", [{"role": "user", "content": "y"}])
+    assert (await log.read("t1", sid))[0]["content"] == "x"
+
+
+async def test_ttl_is_set_and_refreshed(log):
+    sid = _sid()
+    await log.append("t", sid, "u", [{"role": "user", "content": "x"}])
+    meta_key, log_key, _ = log._keys("t", sid)
+    await log.redis.expire(log_key, 10)
+    await log.append("t", sid, "u", [{"role": "user", "content": "y"}])
+    assert 3500 < await log.redis.ttl(log_key) <= 3600
+    assert 3500 < await log.redis.ttl(meta_key) <= 3600
+
+
+async def test_concurrent_appends_lose_nothing(log):
+    sid = _sid()
+
+    async def writer(w: int):
+        for i in range(50):
+            await log.append("t", sid, "u", [{"role": "user", "content": f"{w}:{i}", "id": f"w{w}-{i}"}])
+            if i % 10 == 0:  # a retry of an acknowledged write
+                await log.append("t", sid, "u", [{"role": "user", "content": f"{w}:{i}", "id": f"w{w}-{i}"}])
+
+    await asyncio.gather(*(writer(w) for w in range(10)))
+    rows = await log.read("t", sid)
+    assert [r["seq"] for r in rows] == list(range(1, 501))
+    contents = [r["content"] for r in rows]
+    assert len(set(contents)) == 500
+    for w in range(10):
+        mine = [int(c.split(":")[1]) for c in contents if c.startswith(f"{w}:")]
+        assert mine == list(range(50))
+
+
+async def test_checkpoint_compare_and_set(log):
+    sid = _sid()
+    await log.append("t", sid, "u", [{"role": "user", "content": str(i)} for i in range(6)])
+    v1 = await log.write_checkpoint("t", sid, expected_version=0, summary="s1", covers_upto_seq=3, degraded=False, state=None)
+    assert v1 == 1
+    stale = await log.write_checkpoint("t", sid, expected_version=0, summary="late", covers_upto_seq=4, degraded=False, state=None)
+    assert stale is None
+    beyond = await log.write_checkpoint("t", sid, expected_version=1, summary="x", covers_upto_seq=99, degraded=False, state=None)
+    assert beyond is None
+    meta = await log.meta("t", sid)
+    assert (meta.summary, meta.covers_upto_seq, meta.version) == ("s1", 3, 1)
+    assert meta.message_count == 6  # compaction never deletes
+
+
+async def test_cursor_and_pending(log):
+    sid = _sid()
+    await log.append("t", sid, "u", [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is not None
+    assert await log.advance_cursor("t", sid, 1, done=True) == 1
+    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is not None  # still behind
+    assert await log.advance_cursor("t", sid, 2, done=True) == 2
+    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is None
+    assert await log.advance_cursor("t", sid, 1, done=True) == 2  # never moves back
+
+
+async def test_delete_removes_everything(log):
+    sid = _sid()
+    await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "x"}])
+    assert await log.delete("t", sid)
+    assert await log.meta("t", sid) is None
+    assert await log.read("t", sid) == []
+    assert sid not in [s for s, _ in await log.user_sessions("t", "u")]

@@ -1,0 +1,82 @@
+"""Vector store contract against a real Milvus Lite server."""
+
+import uuid
+
+import numpy as np
+import pytest
+
+from serve_app.core.ids import turn_memory_id
+from serve_app.stores.vectors import MemoryRow, VectorStore, milvus_filter
+
+DIM = 8
+HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", "x\" || true || \""]
+
+
+@pytest.fixture(scope="module")
+def collection() -> str:
+    return "test_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+async def vectors(backends, collection):
+    store = VectorStore(backends.env["MILVUS_URI"], collection, DIM)
+    yield store
+    await store.close()
+
+
+def _vec(seed: int) -> list[float]:
+    v = np.random.default_rng(seed).normal(size=DIM).astype("float32")
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def _row(tenant, user, session, seq, seed=None, text="t") -> MemoryRow:
+    return MemoryRow(turn_memory_id(tenant, session, seq), tenant, user, session, seq, "user", "turn", text, seq, _vec(seed or seq))
+
+
+async def test_upsert_is_idempotent_by_deterministic_id(vectors):
+    rows = [_row("t", "alice", "s-up", i) for i in range(1, 6)]
+    await vectors.upsert(rows)
+    await vectors.upsert(rows)  # a retried memorization
+    assert await vectors.count_session("t", "s-up") == 5
+
+
+async def test_search_is_scoped_to_tenant_and_user(vectors):
+    await vectors.upsert([_row("t", "alice", "s-a", 1, seed=42, text="alice secret")])
+    await vectors.upsert([_row("t", "bob", "s-b", 1, seed=42, text="bob secret")])
+    await vectors.upsert([_row("t2", "alice", "s-c", 1, seed=42, text="other tenant")])
+    hits = await vectors.search("t", "alice", _vec(42), top_k=10, min_score=-1)
+    assert {h.text for h in hits} >= {"alice secret"}
+    assert all(h.session_id not in ("s-b", "s-c") for h in hits)
+
+
+async def test_similarity_floor(vectors):
+    await vectors.upsert([_row("t", "carol", "s-f", 1, seed=1)])
+    assert await vectors.search("t", "carol", _vec(1), top_k=5, min_score=0.99)
+    opposite = [-x for x in _vec(1)]
+    assert await vectors.search("t", "carol", opposite, top_k=5, min_score=0.0) == []
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+async def test_hostile_values_never_widen_a_filter(vectors, hostile):
+    await vectors.upsert([_row("t", "victim", "s-v", 1, seed=7, text="victim data")])
+    hits = await vectors.search("t", hostile, _vec(7), top_k=50, min_score=-1)
+    assert all(h.text != "victim data" for h in hits)
+    assert await vectors.list("t", hostile, limit=100) == []
+    assert await vectors.delete(tenant_id="t", user_id=hostile) == 0
+    assert await vectors.count_session("t", "s-v") == 1
+
+
+def test_filter_builder_rejects_unknown_fields():
+    with pytest.raises(ValueError):
+        milvus_filter(**{"user_id or 1": "x"})
+    with pytest.raises(ValueError):
+        milvus_filter()
+    assert milvus_filter(user_id='a"b') == 'user_id == "a\\"b"'
+
+
+async def test_delete_session_deletes_its_vectors(vectors):
+    await vectors.upsert([_row("t", "dave", "s-del", i) for i in range(1, 4)])
+    await vectors.upsert([_row("t", "dave", "s-keep", 1)])
+    assert await vectors.delete(tenant_id="t", session_id="s-del") == 3
+    assert await vectors.count_session("t", "s-del") == 0
+    assert await vectors.count_session("t", "s-keep") == 1

@@ -1,0 +1,49 @@
+"""Deploy the real Serve app (configs/local.yaml) on a local Ray, against the embedded backends."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import pytest
+
+from serve_app.cli import DEFAULT_CONFIG
+from serve_app.embedded.launchers import free_port
+from serve_app.serving import deploy_config, load_serve_config, ray_temp_dir, start_ray
+
+# Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
+TEST_ARGS = {"compaction_trigger_tokens": 1000, "memorizer_sweep_interval_s": 0.2}
+
+
+@pytest.fixture(scope="session")
+def service_url(backends, data_root) -> str:
+    import ray
+    from ray import serve
+
+    os.environ.update(backends.env)
+    port = free_port()
+    config = load_serve_config(DEFAULT_CONFIG, host="127.0.0.1", port=port)
+    config.applications[0].args = TEST_ARGS
+    start_ray(ray_temp_dir(data_root))
+    deploy_config(config)
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture
+def client(service_url):
+    with httpx.Client(base_url=service_url, timeout=60) as c:
+        yield c
+
+
+def wait_memorized(client: httpx.Client, session_id: str, upto: int, timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    info = {}
+    while time.monotonic() < deadline:
+        info = client.get(f"/v1/sessions/{session_id}").json()
+        if info.get("memorized_upto_seq", 0) >= upto:
+            return info
+        time.sleep(0.2)
+    raise AssertionError(f"memorizer did not reach seq {upto}: {info}")

@@ -1,0 +1,239 @@
+"""The HTTP API v1 end to end through Ray Serve, against real Redis, PostgreSQL and Milvus Lite."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+
+from serve_app.core.compression import extract_key_items
+from serve_app.core.tokenizer import count_chat
+from serve_app.stores.session_log import SessionLog
+
+from .conftest import wait_memorized
+
+
+def _sid(prefix: str = "s") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def test_health_docs_and_request_id(client):
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    assert health.json()["backends"] == {"redis": "ok", "postgres": "ok", "milvus": "ok"}
+    assert health.headers["x-request-id"]
+    assert client.get("/docs").status_code == 200
+    spec = client.get("/openapi.json").json()
+    assert "/v1/context" in spec["paths"] and "/v1/users/{user_id}/memories/search" in spec["paths"]
+    assert client.get("/healthz", headers={"x-request-id": "abc123"}).headers["x-request-id"] == "abc123"
+
+
+def test_three_turn_conversation_and_session_endpoints(client):
+    sid, user = _sid(), _sid("user")
+    turns = [
+        {"role": "user", "content": "I need to change the delivery address of order ORD-7731.", "id": "c1"},
+        {"role": "assistant", "content": "Sure. What is the new address for ORD-7731?", "id": "c2"},
+        {"role": "user", "content": "12 Rue de la Paix, Paris, before 2024-06-01 please.", "id": "c3"},
+    ]
+    r = client.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns})
+    assert r.status_code == 200, r.text
+    assert r.json()["seqs"] == [1, 2, 3]
+    retry = client.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns[2:]})
+    assert retry.json() == {"session_id": sid, "seqs": [3], "duplicates": [True]}
+    other = client.post(f"/v1/sessions/{sid}/messages", json={"user_id": "mallory", "messages": turns[:1]})
+    assert other.status_code == 409 and other.json()["detail"]
+
+    info = wait_memorized(client, sid, 3)
+    assert info["user_id"] == user and info["message_count"] == 3
+    page = client.get(f"/v1/sessions/{sid}/messages", params={"after": 1, "limit": 1}).json()
+    assert [m["seq"] for m in page["messages"]] == [2] and page["next_after"] == 2
+    sessions = client.get(f"/v1/users/{user}/sessions").json()["sessions"]
+    assert [s["session_id"] for s in sessions] == [sid]
+
+    ctx = client.post(
+        "/v1/context",
+        json={"user_id": user, "session_id": sid, "query": "new address", "system_prompt": "You are a support agent.", "max_tokens": 1024},
+    )
+    assert ctx.status_code == 200, ctx.text
+    body = ctx.json()
+    assert [m["content"] for m in body["messages"][1:]] == [t["content"] for t in turns]
+    assert body["usage"]["total_tokens"] == count_chat(body["messages"], add_generation_prompt=True)
+    assert body["included_seqs"] == [1, 2, 3]
+
+
+def test_recall_across_sessions_and_memories_api(client):
+    user = _sid("user")
+    old = _sid()
+    client.post(
+        f"/v1/sessions/{old}/messages",
+        json={"user_id": user, "messages": [{"role": "user", "content": "My dog Rex is allergic to chicken."}]},
+    ).raise_for_status()
+    wait_memorized(client, old, 1)
+    added = client.post(f"/v1/users/{user}/memories", json={"text": "Prefers invoices in EUR."})
+    assert added.status_code == 200
+    hits = client.post(f"/v1/users/{user}/memories/search", json={"query": "what food can the dog eat?", "top_k": 5}).json()
+    assert hits[0]["text"] == "My dog Rex is allergic to chicken." and hits[0]["session_id"] == old
+    assert client.post(f"/v1/users/{_sid('stranger')}/memories/search", json={"query": "dog", "top_k": 5}).json() == []
+
+    new = _sid()
+    client.post(f"/v1/sessions/{new}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "hi"}]})
+    ctx = client.post("/v1/context", json={"user_id": user, "session_id": new, "query": "dog food", "max_tokens": 2048}).json()
+    assert any("Rex" in m["text"] for m in ctx["recalled"])
+    assert "Rex is allergic" in ctx["messages"][0]["content"]
+
+    listed = client.get(f"/v1/users/{user}/memories").json()
+    assert {m["kind"] for m in listed} == {"turn", "memory"}
+    memory_id = added.json()["id"]
+    assert client.delete(f"/v1/users/{user}/memories/{memory_id}").status_code == 200
+    assert client.delete(f"/v1/users/{user}/memories/{memory_id}").status_code == 404
+
+
+def test_facts_supersede_and_keep_history(client):
+    user = _sid("user")
+    assert client.put(f"/v1/users/{user}/facts/language", json={"value": "Python", "category": "preference"}).json()["changed"]
+    client.put(f"/v1/users/{user}/facts/language", json={"value": "Go", "category": "preference"}).raise_for_status()
+    assert client.get(f"/v1/users/{user}/facts/language").json()["value"] == "Go"
+    history = client.get(f"/v1/users/{user}/facts/language/history").json()
+    assert [h["value"] for h in history] == ["Python", "Go"] and history[0]["valid_to"]
+    assert client.delete(f"/v1/users/{user}/facts/language").status_code == 200
+    assert client.get(f"/v1/users/{user}/facts/language").status_code == 404
+    assert len(client.get(f"/v1/users/{user}/facts/language/history").json()) == 2
+    assert client.put(f"/v1/users/{user}/facts/x", json={"value": "v", "category": "gossip"}).status_code == 422
+
+
+def test_delete_session_removes_log_and_vectors(client):
+    sid, user = _sid(), _sid("user")
+    client.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "secret plan"}]})
+    wait_memorized(client, sid, 1)
+    assert client.get(f"/v1/users/{user}/memories").json()
+    deleted = client.delete(f"/v1/sessions/{sid}")
+    assert deleted.status_code == 200 and deleted.json()["details"]["vectors"] >= 1
+    assert client.get(f"/v1/sessions/{sid}").status_code == 404
+    assert client.get(f"/v1/users/{user}/memories").json() == []
+    assert client.delete(f"/v1/sessions/{sid}").status_code == 404
+
+
+def test_bad_input_is_a_clear_4xx(client):
+    sid = _sid()
+    cases = [
+        ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "wizard", "content": "x"}]}),
+        ("post", f"/v1/sessions/{sid}/messages", {"user_id": 'x" or user_id != "', "messages": [{"role": "user", "content": "x"}]}),
+        ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "user", "content": "x" * 70000}]}),
+        ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": []}),
+        ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "user", "content": "x"}] * 101}),
+        ("post", "/v1/sessions/bad%20id/messages", {"user_id": "u", "messages": [{"role": "user", "content": "x"}]}),
+        ("post", "/v1/context", {"user_id": "u", "session_id": sid, "max_tokens": 10}),
+        ("post", "/v1/context", {"user_id": "u", "session_id": sid, "shares": {"system": 0.9, "history": 0.9}}),
+        ("post", "/v1/users/u/memories/search", {"query": "x", "top_k": 10_000}),
+    ]
+    for method, path, body in cases:
+        r = getattr(client, method)(path, json=body)
+        assert 400 <= r.status_code < 500, (path, body, r.status_code, r.text)
+        assert r.json()["detail"], r.text
+    client.post(f"/v1/sessions/{sid}/messages", json={"user_id": "u", "messages": [{"role": "user", "content": "word " * 3000}]})
+    too_big = client.post("/v1/context", json={"user_id": "u", "session_id": sid, "max_tokens": 1024})
+    assert too_big.status_code == 422 and too_big.json()["token_counts"]["newest_turn"] > 1024
+    assert client.get(f"/v1/sessions/{sid}/messages").json()["messages"]  # a refused read lost nothing
+
+
+def test_200_turn_session_fits_2048_tokens(client):
+    sid, user = _sid(), _sid("user")
+    turns = []
+    for i in range(200):
+        role = "user" if i % 2 == 0 else "assistant"
+        # A support dialog: a handful of orders, dates and amounts come up again and again.
+        content = f"About order ORD-{5000 + i % 15}: it ships on 2024-07-{i % 10 + 1:02d} and costs ${i % 12}.99, right?"
+        turns.append({"role": role, "content": content, "id": f"t{i}"})
+    for start in range(0, 200, 50):
+        client.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns[start : start + 50]}).raise_for_status()
+    info = wait_memorized(client, sid, 200)
+    assert info["covers_upto_seq"] > 0  # the memorizer compacted past the trigger
+
+    body = client.post("/v1/context", json={"user_id": user, "session_id": sid, "query": "ORD-5007", "max_tokens": 2048}).json()
+    messages = body["messages"]
+    reserve = body["usage"]["reserve_output"]
+    assert count_chat(messages, add_generation_prompt=True) <= 2048 - reserve
+    summary = client.get(f"/v1/sessions/{sid}/messages", params={"limit": 1}).json()["summary"]
+    assert summary and summary in messages[0]["content"]
+    assert messages[-1]["content"] == turns[-1]["content"]
+    covered = set(range(1, info["covers_upto_seq"] + 1))
+    present = set(body["included_seqs"])
+    assert covered | present == set(range(1, 201))
+    assert body["usage"]["omitted_turns"] == 0
+    assert "summary_truncated" not in body["degraded"]
+    for turn in turns[: info["covers_upto_seq"]]:  # what left the prompt kept its ids, dates and amounts
+        for item in extract_key_items(turn["content"]):
+            assert item in summary, item
+
+
+async def _hammer(base_url: str, sid: str, user: str, clients: int, per_client: int, compressors: int):
+    conflicts = 0
+    done = asyncio.Event()
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+
+        async def writer(c: int):
+            for i in range(per_client):
+                msg = {"role": "user" if i % 2 == 0 else "assistant", "content": f"client {c} message {i} ref C{c}-{i}", "id": f"c{c}-{i}"}
+                r = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [msg]})
+                r.raise_for_status()
+                if i % 7 == 0:  # an idempotent retry of an acknowledged write
+                    again = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [msg]})
+                    assert again.json()["duplicates"] == [True]
+
+        async def compressor():
+            nonlocal conflicts
+            while not done.is_set():
+                r = await http.post(f"/v1/sessions/{sid}/compress")
+                if r.status_code == 200:
+                    conflicts += r.json()["cas_conflicts"]
+                elif r.status_code not in (404, 409):
+                    raise AssertionError(r.text)
+                await asyncio.sleep(0)
+
+        compress_tasks = [asyncio.create_task(compressor()) for _ in range(compressors)]
+        await asyncio.gather(*(writer(c) for c in range(clients)))
+        done.set()
+        await asyncio.gather(*compress_tasks)
+    return conflicts
+
+
+def test_concurrent_clients_and_compressions_lose_nothing(client, service_url):
+    sid, user = _sid(), _sid("user")
+    clients, per_client = 20, 20
+    conflicts = asyncio.run(_hammer(service_url, sid, user, clients, per_client, compressors=4))
+    total = clients * per_client
+    rows = []
+    after = 0
+    while True:
+        page = client.get(f"/v1/sessions/{sid}/messages", params={"after": after, "limit": 1000}).json()
+        rows += page["messages"]
+        if page["next_after"] is None:
+            break
+        after = page["next_after"]
+    assert [m["seq"] for m in rows] == list(range(1, total + 1))  # gapless, stored exactly once
+    assert len({m["id"] for m in rows}) == total
+    for c in range(clients):
+        mine = [int(m["id"].split("-")[1]) for m in rows if m["id"].startswith(f"c{c}-")]
+        assert mine == list(range(per_client))  # each client's own order kept
+    info = client.get(f"/v1/sessions/{sid}").json()
+    covers = info["covers_upto_seq"]
+    assert 0 < covers < total
+    tail = client.get(f"/v1/sessions/{sid}/messages", params={"after": covers, "limit": 1000}).json()["messages"]
+    assert [m["seq"] for m in tail] == list(range(covers + 1, total + 1))  # summary + tail cover each seq once
+    assert conflicts > 0, "the test must show concurrent compactions racing"
+    summary = page["summary"]
+    assert summary.startswith("Earlier conversation, turns 1-")
+
+
+def test_a_lost_poke_only_delays_memorization(client, backends):
+    """Turns written straight to Redis (no poke at all) are memorized by the sweep."""
+    sid, user = _sid(), _sid("user")
+
+    async def write():
+        log = SessionLog(backends.env["REDIS_URL"], 3600)
+        await log.append("local", sid, user, [{"role": "user", "content": "written without a poke", "created_at": "2024-01-01T00:00:00+00:00"}])
+        await log.close()
+
+    asyncio.run(write())
+    assert wait_memorized(client, sid, 1)["memorized_upto_seq"] == 1

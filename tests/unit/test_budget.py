@@ -1,0 +1,76 @@
+"""Token budget: exact, never over, newest turn whole, tool calls not split, shares honoured."""
+
+import pytest
+
+from serve_app.core.budget import BudgetError, ContextRequest, Shares, build_context
+from serve_app.core.tokenizer import count_chat
+
+
+def _turns(n: int, words: int = 20) -> list[dict]:
+    return [
+        {"seq": i + 1, "role": "user" if i % 2 == 0 else "assistant", "content": " ".join(f"w{i}x{j}" for j in range(words))}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("max_tokens", [512, 1024, 2048, 8192])
+def test_never_over_the_limit_and_usage_is_exact(max_tokens):
+    result = build_context(
+        ContextRequest(
+            max_tokens=max_tokens,
+            shares=Shares(),
+            system_prompt="Be brief.",
+            summary="Earlier: the user ordered ORD-1 for $5.",
+            turns=_turns(120),
+            facts=["lang (preference): Go"] * 5,
+            memories=[f"[2024-01-0{i}] user: memory {i} " * 5 for i in range(1, 9)],
+            tool_results=[{"name": "search", "content": "result " * 400}],
+        )
+    )
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True)
+    assert result.total_tokens <= max_tokens - result.reserve_output
+    assert result.included_seqs[-1] == 120
+    assert result.omitted_turns == 120 - len(result.included_seqs)
+    assert result.included_seqs == list(range(result.included_seqs[0], 121))  # contiguous newest suffix
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+    assert result.sections["memory"].tokens <= int(max_tokens * 0.12)
+    assert result.sections["tool_results"].tokens <= int(max_tokens * 0.12)
+
+
+def test_unused_shares_flow_to_history():
+    lean = build_context(ContextRequest(max_tokens=2048, shares=Shares(), turns=_turns(200)))
+    assert lean.sections["history"].tokens > 2048 * 0.62
+    assert lean.total_tokens > 2048 * 0.85
+
+
+def test_reserve_output_overrides_the_output_share():
+    result = build_context(ContextRequest(max_tokens=2048, shares=Shares(), reserve_output=1000, turns=_turns(200)))
+    assert result.limit == 1048
+    assert result.total_tokens <= 1048
+
+
+def test_tool_call_never_split_from_its_result():
+    turns = _turns(30)
+    turns += [
+        {"seq": 31, "role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+        {"seq": 32, "role": "tool", "content": "big " * 300},
+        {"seq": 33, "role": "assistant", "content": "ok"},
+        {"seq": 34, "role": "user", "content": "next"},
+    ]
+    for max_tokens in range(500, 1400, 37):
+        result = build_context(ContextRequest(max_tokens=max_tokens, shares=Shares(), turns=turns))
+        seqs = set(result.included_seqs)
+        assert (31 in seqs) == (32 in seqs)
+
+
+def test_newest_turn_too_big_is_a_budget_error_with_counts():
+    huge = [{"seq": 1, "role": "user", "content": "token " * 3000}]
+    with pytest.raises(BudgetError) as info:
+        build_context(ContextRequest(max_tokens=1024, shares=Shares(), turns=huge))
+    assert info.value.counts["newest_turn"] > 1024
+
+
+def test_summary_goes_in_before_older_turns():
+    result = build_context(ContextRequest(max_tokens=600, shares=Shares(), summary="S " * 50, turns=_turns(100)))
+    assert "S S S" in result.messages[0]["content"]
+    assert result.sections["summary"].tokens > 0
