@@ -256,9 +256,13 @@ class Ingress:
         created = body.created_at or datetime.now(timezone.utc)
         memory_id = body.id or direct_memory_id(self.tenant, user_id, body.text)
         vector = await self._embed_one(body.text)
-        row = MemoryRow(memory_id, self.tenant, user_id, "", 0, "memory", "memory", body.text, int(created.timestamp() * 1000), vector)
+        row = MemoryRow(
+            memory_id, self.tenant, user_id, "", 0, "memory", "memory", body.text, int(created.timestamp() * 1000), vector
+        )
         await self.stores.vectors.upsert([row])
-        return schemas.MemoryOut(id=memory_id, text=body.text, session_id="", seq=0, role="memory", kind="memory", created_at=created)
+        return schemas.MemoryOut(
+            id=memory_id, text=body.text, session_id="", seq=0, role="memory", kind="memory", created_at=created
+        )
 
     @app.get("/v1/users/{user_id}/memories", response_model=list[schemas.MemoryOut], summary="List memories")
     async def list_memories(
@@ -267,7 +271,12 @@ class Ingress:
         rows = await self.stores.vectors.list(self.tenant, user_id, limit=limit, offset=offset)
         return [
             schemas.MemoryOut(
-                id=r["id"], text=r["text"], session_id=r["session_id"], seq=r["seq"], role=r["role"], kind=r["kind"],
+                id=r["id"],
+                text=r["text"],
+                session_id=r["session_id"],
+                seq=r["seq"],
+                role=r["role"],
+                kind=r["kind"],
                 created_at=ms_to_datetime(r["created_at"]),
             )
             for r in rows
@@ -285,7 +294,14 @@ class Ingress:
         vector = await self._embed_one(body.query)
         hits = await self.stores.vectors.search(self.tenant, user_id, vector, top_k=body.top_k, min_score=body.min_score)
         return [
-            schemas.SearchHit(id=h.id, text=h.text, score=h.score, session_id=h.session_id, seq=h.seq, created_at=ms_to_datetime(h.created_at_ms))
+            schemas.SearchHit(
+                id=h.id,
+                text=h.text,
+                score=h.score,
+                session_id=h.session_id,
+                seq=h.seq,
+                created_at=ms_to_datetime(h.created_at_ms),
+            )
             for h in hits
         ]
 

@@ -30,7 +30,9 @@ class Memorizer:
         self.running: dict[tuple[str, str], asyncio.Task] = {}
         self.again: set[tuple[str, str]] = set()
         self.processed = metrics.Counter("memserve_memorizer_sessions_processed", "Sessions brought up to date.")
-        self.failures = metrics.Counter("memserve_memorizer_failures", "Memorization attempts that failed (retried by the sweep).")
+        self.failures = metrics.Counter(
+            "memserve_memorizer_failures", "Memorization attempts that failed (retried by the sweep)."
+        )
         self.conflicts = metrics.Counter("memserve_checkpoint_cas_conflicts", "Summary checkpoint compare-and-set conflicts.")
         self.pending_gauge = metrics.Gauge("memserve_memorizer_pending_sessions", "Sessions waiting for memorization.")
         self.sweeper = asyncio.create_task(self._sweep_forever())

@@ -60,9 +60,7 @@ class Settings(BaseSettings):
         4000, ge=64, description="Unsummarized history above this is compacted by the memorizer."
     )
     compaction_keep_rounds: int = Field(2, ge=2, description="Newest rounds never compacted.")
-    summary_max_tokens: int = Field(
-        512, ge=64, description="Cap on the gist part of the extractive summary."
-    )
+    summary_max_tokens: int = Field(512, ge=64, description="Cap on the gist part of the extractive summary.")
 
     embedding_model: str = Field("", description="Path of a sentence-transformers model; empty = the bundled all-MiniLM-L6-v2.")
     embedding_dim: int = 384

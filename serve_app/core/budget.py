@@ -155,7 +155,7 @@ def build_context(req: ContextRequest) -> ContextResult:
     tools_used = 0
     for i, result in enumerate(req.tool_results):
         name = result.get("name") or "tool"
-        piece = ("" if i else TOOLS_HEADER) + f"<tool_response name=\"{name}\">\n{result.get('content', '')}\n</tool_response>\n"
+        piece = ("" if i else TOOLS_HEADER) + f'<tool_response name="{name}">\n{result.get("content", "")}\n</tool_response>\n'
         cost = grown(piece)
         allowed = min(tools_budget - tools_tokens, room())
         if cost > allowed:
@@ -163,7 +163,7 @@ def build_context(req: ContextRequest) -> ContextResult:
             if keep < MIN_TRUNCATED_TOOL_TOKENS:
                 break
             short = _truncate_to_tokens(str(result.get("content", "")), keep - 2)
-            piece = ("" if i else TOOLS_HEADER) + f"<tool_response name=\"{name}\">\n{short}\n</tool_response>\n"
+            piece = ("" if i else TOOLS_HEADER) + f'<tool_response name="{name}">\n{short}\n</tool_response>\n'
             cost = grown(piece)
             if cost > allowed:
                 break

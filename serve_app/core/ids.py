@@ -19,8 +19,7 @@ class InvalidIdError(ValueError):
 def validate_id(value: str, what: str = "id") -> str:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidIdError(
-            f"{what} must be 1-128 characters of letters, digits, '.', '_', '@' or '-', "
-            "starting with a letter or digit"
+            f"{what} must be 1-128 characters of letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
         )
     return value
 

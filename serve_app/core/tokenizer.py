@@ -63,9 +63,7 @@ def qwen25_encoding() -> tiktoken.Encoding:
             ranks[base64.b64decode(token)] = int(rank)
     first_special = len(ranks)
     specials = {tok: first_special + i for i, tok in enumerate(QWEN25_SPECIAL_TOKENS)}
-    return tiktoken.Encoding(
-        name="qwen2.5", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks, special_tokens=specials
-    )
+    return tiktoken.Encoding(name="qwen2.5", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
 
 
 def encode(text: str) -> list[int]:
@@ -95,9 +93,7 @@ def _tool_call_text(call: Mapping[str, Any]) -> str:
     )
 
 
-def render_chat(
-    messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False
-) -> str:
+def render_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> str:
     """Render messages exactly as Qwen2.5-Instruct's chat template does (no `tools` argument)."""
     parts: list[str] = []
     if not messages or messages[0].get("role") != "system":
@@ -127,9 +123,7 @@ def render_chat(
     return "".join(parts)
 
 
-def count_chat(
-    messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False
-) -> int:
+def count_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> int:
     """Prompt tokens of a chat request, default system prompt included when none is given."""
     return count_tokens(render_chat(messages, add_generation_prompt=add_generation_prompt))
 

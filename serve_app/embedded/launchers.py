@@ -88,7 +88,9 @@ def _tail(path: Path, lines: int = 20) -> str:
 def _spawn(name: str, argv: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs)
+    return subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
+    )
 
 
 def _ensure_free(port: int, name: str) -> None:
@@ -112,15 +114,24 @@ def start_redis(data_dir: Path, port: int, timeout_s: float = 20) -> Backend:
     directory.mkdir(parents=True, exist_ok=True)
     argv = [
         redis_server_binary(),
-        "--bind", LOOPBACK,
-        "--port", str(port),
-        "--dir", str(directory),
-        "--appendonly", "yes",
-        "--appendfsync", "always",
-        "--maxmemory-policy", "noeviction",
-        "--save", "",
-        "--daemonize", "no",
-        "--protected-mode", "yes",
+        "--bind",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--dir",
+        str(directory),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--maxmemory-policy",
+        "noeviction",
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
     ]
     process = _spawn("redis", argv, data_dir / "logs" / "redis.log")
     backend = Backend("redis", process, f"redis://{LOOPBACK}:{port}/0", data_dir / "logs" / "redis.log")
@@ -184,13 +195,20 @@ def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
         stale.unlink()
     argv = [
         _pg_bin("postgres"),
-        "-D", str(pgdata),
-        "-p", str(port),
-        "-h", LOOPBACK,
-        "-k", str(sockets),
-        "-c", "fsync=on",
-        "-c", "synchronous_commit=on",
-        "-c", "max_connections=100",
+        "-D",
+        str(pgdata),
+        "-p",
+        str(port),
+        "-h",
+        LOOPBACK,
+        "-k",
+        str(sockets),
+        "-c",
+        "fsync=on",
+        "-c",
+        "synchronous_commit=on",
+        "-c",
+        "max_connections=100",
     ]
     log_path = data_dir / "logs" / "postgres.log"
     process = _spawn("postgres", argv, log_path, **owner)

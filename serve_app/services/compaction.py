@@ -60,17 +60,13 @@ async def compact_session(
         turns = await log.read(tenant, session, after=meta.covers_upto_seq)
         unsummarized = history_tokens(turns)
         summary_tokens = count_tokens(meta.summary) if meta.summary else 0
-        target = plan_compaction(
-            turns, unsummarized, trigger_tokens=trigger_tokens, keep_rounds=keep_rounds, force=force
-        )
+        target = plan_compaction(turns, unsummarized, trigger_tokens=trigger_tokens, keep_rounds=keep_rounds, force=force)
         if target is None:
             before = summary_tokens + unsummarized
             return CompactionOutcome(False, meta.summary, meta.covers_upto_seq, before, before, conflicts)
         span = [t for t in turns if t["seq"] <= target]
         previous = SummaryState.from_dict(meta.summary_state)
-        state, text = extractive_summary(
-            previous, span, target, max_tokens=summary_max_tokens, count_tokens=count_tokens
-        )
+        state, text = extractive_summary(previous, span, target, max_tokens=summary_max_tokens, count_tokens=count_tokens)
         version = await log.write_checkpoint(
             tenant,
             session,
@@ -95,7 +91,12 @@ async def compact_session(
         )
         logger.info(
             "compacted session",
-            extra={"session_id": session, "covers_upto_seq": target, "tokens_before": outcome.tokens_before, "tokens_after": outcome.tokens_after},
+            extra={
+                "session_id": session,
+                "covers_upto_seq": target,
+                "tokens_before": outcome.tokens_before,
+                "tokens_after": outcome.tokens_after,
+            },
         )
         return outcome
     raise CompactionConflict(f"compaction of {session} lost {conflicts} compare-and-set races")

@@ -117,7 +117,12 @@ async def build_working_memory(
         ),
         recalled=[
             RecalledMemory(
-                id=h.id, text=h.text, score=h.score, session_id=h.session_id, seq=h.seq, created_at=ms_to_datetime(h.created_at_ms)
+                id=h.id,
+                text=h.text,
+                score=h.score,
+                session_id=h.session_id,
+                seq=h.seq,
+                created_at=ms_to_datetime(h.created_at_ms),
             )
             for h in hits[: result.memories_used]
         ],

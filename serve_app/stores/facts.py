@@ -172,8 +172,7 @@ class FactStore:
     async def delete(self, tenant: str, user: str, key: str) -> bool:
         """Close the current row; its history stays readable."""
         status = await self.pool.execute(
-            "UPDATE facts SET valid_to = clock_timestamp()"
-            " WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
+            "UPDATE facts SET valid_to = clock_timestamp() WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
             tenant,
             user,
             key,
@@ -181,4 +180,6 @@ class FactStore:
         return status.endswith(" 1")
 
     async def stats(self) -> dict[str, Any]:
-        return dict(await self.pool.fetchrow("SELECT count(*) AS rows, count(*) FILTER (WHERE valid_to IS NULL) AS current FROM facts"))
+        return dict(
+            await self.pool.fetchrow("SELECT count(*) AS rows, count(*) FILTER (WHERE valid_to IS NULL) AS current FROM facts")
+        )

@@ -136,9 +136,7 @@ class SessionLog:
     def pending_member(tenant: str, session: str) -> str:
         return f"{tenant}/{session}"
 
-    async def append(
-        self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]
-    ) -> AppendResult:
+    async def append(self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]) -> AppendResult:
         """Append messages atomically; a message whose client id was seen returns its first seq."""
         meta, log, ids = self._keys(tenant, session)
         args: list[Any] = [user, self.ttl_s, now_ms(), self.pending_member(tenant, session), session, len(messages)]

@@ -142,9 +142,7 @@ class VectorStore:
         result = await self.client.upsert(self.collection, [r.record() for r in rows])
         return int(result.get("upsert_count", len(rows))) if isinstance(result, dict) else len(rows)
 
-    async def search(
-        self, tenant: str, user: str, vector: list[float], *, top_k: int, min_score: float
-    ) -> list[Hit]:
+    async def search(self, tenant: str, user: str, vector: list[float], *, top_k: int, min_score: float) -> list[Hit]:
         if top_k <= 0:
             return []
         result = await self.client.search(

@@ -23,7 +23,9 @@ async def test_seqs_are_gapless_and_ids_idempotent(log):
     sid = _sid()
     first = await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "m1"}, {"role": "assistant", "content": "b"}])
     assert first.seqs == [1, 2] and first.duplicates == [False, False]
-    again = await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "c", "id": "m2"}])
+    again = await log.append(
+        "t", sid, "u", [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "c", "id": "m2"}]
+    )
     assert again.seqs == [1, 3] and again.duplicates == [True, False]
     rows = await log.read("t", sid)
     assert [r["seq"] for r in rows] == [1, 2, 3]
@@ -82,7 +84,9 @@ async def test_checkpoint_compare_and_set(log):
     await log.append("t", sid, "u", [{"role": "user", "content": str(i)} for i in range(6)])
     v1 = await log.write_checkpoint("t", sid, expected_version=0, summary="s1", covers_upto_seq=3, degraded=False, state=None)
     assert v1 == 1
-    stale = await log.write_checkpoint("t", sid, expected_version=0, summary="late", covers_upto_seq=4, degraded=False, state=None)
+    stale = await log.write_checkpoint(
+        "t", sid, expected_version=0, summary="late", covers_upto_seq=4, degraded=False, state=None
+    )
     assert stale is None
     beyond = await log.write_checkpoint("t", sid, expected_version=1, summary="x", covers_upto_seq=99, degraded=False, state=None)
     assert beyond is None

@@ -9,7 +9,7 @@ from serve_app.core.ids import turn_memory_id
 from serve_app.stores.vectors import MemoryRow, VectorStore, milvus_filter
 
 DIM = 8
-HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", "x\" || true || \""]
+HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", 'x" || true || "']
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,9 @@ def _vec(seed: int) -> list[float]:
 
 
 def _row(tenant, user, session, seq, seed=None, text="t") -> MemoryRow:
-    return MemoryRow(turn_memory_id(tenant, session, seq), tenant, user, session, seq, "user", "turn", text, seq, _vec(seed or seq))
+    return MemoryRow(
+        turn_memory_id(tenant, session, seq), tenant, user, session, seq, "user", "turn", text, seq, _vec(seed or seq)
+    )
 
 
 async def test_upsert_is_idempotent_by_deterministic_id(vectors):

@@ -53,7 +53,13 @@ def test_three_turn_conversation_and_session_endpoints(client):
 
     ctx = client.post(
         "/v1/context",
-        json={"user_id": user, "session_id": sid, "query": "new address", "system_prompt": "You are a support agent.", "max_tokens": 1024},
+        json={
+            "user_id": user,
+            "session_id": sid,
+            "query": "new address",
+            "system_prompt": "You are a support agent.",
+            "max_tokens": 1024,
+        },
     )
     assert ctx.status_code == 200, ctx.text
     body = ctx.json()
@@ -118,7 +124,11 @@ def test_bad_input_is_a_clear_4xx(client):
     sid = _sid()
     cases = [
         ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "wizard", "content": "x"}]}),
-        ("post", f"/v1/sessions/{sid}/messages", {"user_id": 'x" or user_id != "', "messages": [{"role": "user", "content": "x"}]}),
+        (
+            "post",
+            f"/v1/sessions/{sid}/messages",
+            {"user_id": 'x" or user_id != "', "messages": [{"role": "user", "content": "x"}]},
+        ),
         ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "user", "content": "x" * 70000}]}),
         ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": []}),
         ("post", f"/v1/sessions/{sid}/messages", {"user_id": "u", "messages": [{"role": "user", "content": "x"}] * 101}),
@@ -146,7 +156,9 @@ def test_200_turn_session_fits_2048_tokens(client):
         content = f"About order ORD-{5000 + i % 15}: it ships on 2024-07-{i % 10 + 1:02d} and costs ${i % 12}.99, right?"
         turns.append({"role": role, "content": content, "id": f"t{i}"})
     for start in range(0, 200, 50):
-        client.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns[start : start + 50]}).raise_for_status()
+        client.post(
+            f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns[start : start + 50]}
+        ).raise_for_status()
     info = wait_memorized(client, sid, 200)
     assert info["covers_upto_seq"] > 0  # the memorizer compacted past the trigger
 
@@ -174,7 +186,11 @@ async def _hammer(base_url: str, sid: str, user: str, clients: int, per_client: 
 
         async def writer(c: int):
             for i in range(per_client):
-                msg = {"role": "user" if i % 2 == 0 else "assistant", "content": f"client {c} message {i} ref C{c}-{i}", "id": f"c{c}-{i}"}
+                msg = {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"client {c} message {i} ref C{c}-{i}",
+                    "id": f"c{c}-{i}",
+                }
                 r = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [msg]})
                 r.raise_for_status()
                 if i % 7 == 0:  # an idempotent retry of an acknowledged write
@@ -232,7 +248,9 @@ def test_a_lost_poke_only_delays_memorization(client, backends):
 
     async def write():
         log = SessionLog(backends.env["REDIS_URL"], 3600)
-        await log.append("local", sid, user, [{"role": "user", "content": "written without a poke", "created_at": "2024-01-01T00:00:00+00:00"}])
+        await log.append(
+            "local", sid, user, [{"role": "user", "content": "written without a poke", "created_at": "2024-01-01T00:00:00+00:00"}]
+        )
         await log.close()
 
     asyncio.run(write())

@@ -14,10 +14,19 @@ def _turns(n_rounds: int, tool_every: int = 0) -> list[dict]:
     turns, seq = [], 0
     for r in range(n_rounds):
         seq += 1
-        turns.append({"seq": seq, "role": "user", "content": f"Question {r} about order ORD-{1000 + r} on 2024-05-{r % 28 + 1:02d}."})
+        turns.append(
+            {"seq": seq, "role": "user", "content": f"Question {r} about order ORD-{1000 + r} on 2024-05-{r % 28 + 1:02d}."}
+        )
         if tool_every and r % tool_every == 0:
             seq += 1
-            turns.append({"seq": seq, "role": "assistant", "content": "", "tool_calls": [{"function": {"name": "lookup", "arguments": f'{{"id": "ORD-{1000 + r}"}}'}}]})
+            turns.append(
+                {
+                    "seq": seq,
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"function": {"name": "lookup", "arguments": f'{{"id": "ORD-{1000 + r}"}}'}}],
+                }
+            )
             seq += 1
             turns.append({"seq": seq, "role": "tool", "content": f"amount $ {r}.50"})
         seq += 1

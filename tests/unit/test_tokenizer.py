@@ -39,9 +39,13 @@ def test_tool_turns_render_like_the_template():
         {"role": "tool", "content": "eta 2d"},
     ]
     text = render_chat(messages)
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "lookup", "arguments": {"order": "A1"}}\n</tool_call><|im_end|>\n' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "lookup", "arguments": {"order": "A1"}}\n</tool_call><|im_end|>\n' in text
+    )
     # Consecutive tool results share one user turn.
-    assert text.endswith("<|im_start|>user\n<tool_response>\nshipped\n</tool_response>\n<tool_response>\neta 2d\n</tool_response><|im_end|>\n")
+    assert text.endswith(
+        "<|im_start|>user\n<tool_response>\nshipped\n</tool_response>\n<tool_response>\neta 2d\n</tool_response><|im_end|>\n"
+    )
 
 
 def test_blocks_add_up_to_the_whole_chat():

@@ -1,0 +1,117 @@
+"""`memserve up` as a user runs it: start, write, stop, start again on the same data dir, `down`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from serve_app.cli import DATA_DIR_MARKER
+from serve_app.embedded.launchers import free_port
+
+from .conftest import wait_memorized
+
+
+def _leftovers(data_dir: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(DATA_DIR_MARKER) == str(data_dir):
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+class MemserveUp:
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.ports = [str(free_port()) for _ in range(3)]
+        self.process: subprocess.Popen | None = None
+        self.log = data_dir.parent / "memserve-up.log"
+
+    def start(self, timeout_s: float = 180) -> float:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")}
+        argv = [
+            sys.executable, "-m", "serve_app.cli", "up",
+            "--data-dir", str(self.data_dir), "--port", str(self.port), "--metrics-port", "0",
+            "--redis-port", self.ports[0], "--postgres-port", self.ports[1], "--milvus-port", self.ports[2],
+        ]  # fmt: skip
+        started = time.monotonic()
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        while time.monotonic() - started < timeout_s:
+            assert self.process.poll() is None, self.log.read_text()[-3000:]
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError("memserve up did not become healthy:\n" + self.log.read_text()[-3000:])
+
+    def stop(self, timeout_s: float = 90) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout_s)
+
+
+@pytest.fixture
+def up(tmp_path):
+    instance = MemserveUp(tmp_path / "data")
+    yield instance
+    subprocess.run([sys.executable, "-m", "serve_app.cli", "down", "--data-dir", str(instance.data_dir)], timeout=120)
+
+
+def test_restart_on_same_data_dir_finds_everything(up):
+    first_start = up.start()
+    base = f"http://127.0.0.1:{up.port}"
+    with httpx.Client(base_url=base, timeout=60) as client:
+        turns = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"note {i}: invoice INV-{i:04d} due 2025-0{i % 9 + 1}-15"}
+            for i in range(40)
+        ]
+        client.post("/v1/sessions/persist/messages", json={"user_id": "pat", "messages": turns}).raise_for_status()
+        client.put("/v1/users/pat/facts/timezone", json={"value": "UTC", "category": "preference"}).raise_for_status()
+        client.put("/v1/users/pat/facts/timezone", json={"value": "CET", "category": "preference"}).raise_for_status()
+        client.post("/v1/users/pat/memories", json={"text": "Pat likes green tea."}).raise_for_status()
+        compressed = client.post("/v1/sessions/persist/compress").json()
+        assert compressed["compacted"]
+        wait_memorized(client, "persist", 40)
+        memories_before = client.get("/v1/users/pat/memories", params={"limit": 1000}).json()
+        assert len(memories_before) == 41
+
+    up.stop()
+    assert _leftovers(up.data_dir) == [], "SIGTERM must leave no process behind"
+
+    second_start = up.start()
+    with httpx.Client(base_url=base, timeout=60) as client:
+        info = client.get("/v1/sessions/persist").json()
+        assert info["message_count"] == 40 and info["covers_upto_seq"] == compressed["covers_upto_seq"]
+        assert info["memorized_upto_seq"] == 40
+        page = client.get("/v1/sessions/persist/messages", params={"limit": 1000}).json()
+        assert page["summary"] == compressed["summary"]
+        assert [m["content"] for m in page["messages"]] == [t["content"] for t in turns]
+        assert [h["value"] for h in client.get("/v1/users/pat/facts/timezone/history").json()] == ["UTC", "CET"]
+        assert client.get("/v1/users/pat/memories", params={"limit": 1000}).json() == memories_before
+        hits = client.post("/v1/users/pat/memories/search", json={"query": "what does Pat drink?", "top_k": 1}).json()
+        assert hits[0]["text"] == "Pat likes green tea."
+    result = subprocess.run(
+        [sys.executable, "-m", "serve_app.cli", "down", "--data-dir", str(up.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    up.process.wait(30)
+    assert _leftovers(up.data_dir) == []
+    print(f"\nmemserve up start-up: first {first_start:.1f}s, restart {second_start:.1f}s")
