@@ -133,8 +133,8 @@ class VectorStore:
         await self.client.close()
 
     async def ping(self) -> bool:
-        await self.client.query(self.collection, filter=milvus_filter(id=""), limit=1, output_fields=["id"])
-        return True
+        # A metadata call: a query would make Milvus Lite scan rows.
+        return bool(await self.client.has_collection(self.collection))
 
     async def upsert(self, rows: list[MemoryRow]) -> int:
         if not rows:
