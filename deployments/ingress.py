@@ -17,13 +17,14 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pymilvus.exceptions import MilvusException
 from ray import serve
+from ray.exceptions import RayTaskError
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
 from serve_app import schemas
 from serve_app.core.budget import BudgetError
 from serve_app.core.ids import ID_PATTERN, direct_memory_id
-from serve_app.services.compaction import CompactionConflict, SessionNotFound, compact_session
+from serve_app.services.compaction import CompactionConflict, SessionNotFound
 from serve_app.services.context import build_working_memory, ms_to_datetime
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
@@ -111,7 +112,6 @@ class Ingress:
             "Prompt tokens of built contexts.",
             boundaries=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
         )
-        self.conflicts = metrics.Counter("memserve_checkpoint_cas_conflicts", "Summary checkpoint compare-and-set conflicts.")
 
     async def _embed_one(self, text: str) -> list[float]:
         return await self.embedder.embed_one.remote(text)
@@ -158,6 +158,7 @@ class Ingress:
             message_count=meta.message_count,
             covers_upto_seq=meta.covers_upto_seq,
             memorized_upto_seq=meta.memorized_upto_seq,
+            extracted_upto_seq=meta.extracted_upto_seq,
             summary_version=meta.version,
             summary_degraded=meta.summary_degraded,
             created_at=ms_to_datetime(meta.created_at_ms),
@@ -200,17 +201,13 @@ class Ingress:
 
     @app.post("/v1/sessions/{session_id}/compress", response_model=schemas.CompressResponse, summary="Compact now")
     async def compress(self, session_id: str = SessionId) -> schemas.CompressResponse:
-        outcome = await compact_session(
-            self.stores.log,
-            self.tenant,
-            session_id,
-            trigger_tokens=self.settings.compaction_trigger_tokens,
-            keep_rounds=self.settings.compaction_keep_rounds,
-            summary_max_tokens=self.settings.summary_max_tokens,
-            force=True,
-            on_conflict=lambda: self.conflicts.inc(),
-        )
-        return schemas.CompressResponse(session_id=session_id, **outcome.__dict__)
+        """Runs in the memorizer, which owns the summarizer (and its LLM, when one is configured)."""
+        await self._meta_or_404(session_id)
+        try:
+            outcome = await self.memorizer.compress.remote(self.tenant, session_id)
+        except RayTaskError as exc:  # re-raise the memorizer's own error so the handlers map it
+            raise exc.as_instanceof_cause() from None
+        return schemas.CompressResponse(session_id=session_id, **outcome)
 
     @app.get("/v1/users/{user_id}/sessions", response_model=schemas.UserSessions, summary="A user's live sessions")
     async def user_sessions(self, user_id: str = UserId) -> schemas.UserSessions:

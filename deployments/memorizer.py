@@ -1,40 +1,95 @@
-"""Memorizer deployment: embeds turns after each session's cursor and compacts, off the request path.
+"""Memorizer deployment: embeds, extracts and compacts after each session's cursors, off the request path.
 
 A write pokes it through its handle; a timer in each replica also sweeps Redis's pending set, so a
-lost poke or a crashed replica only delays work, and the next sweep redoes it from the cursor.
+lost poke or a crashed replica only delays work, and the next sweep redoes it from the cursors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
-from serve_app.services.memorizer import SessionMemorizer
+from serve_app.llm.client import ChatClient, OpenAIChatClient, ServeLLMClient
+from serve_app.services.compaction import CompactionOutcome
+from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
 
 logger = logging.getLogger("ray.serve")
+MAX_BACKOFF_S = 60.0
+
+
+def make_llm_client(settings: Settings, llm: DeploymentHandle | None) -> ChatClient | None:
+    if settings.llm_mode == "openai":
+        return OpenAIChatClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s)
+    if settings.llm_mode == "ray-serve-llm":
+        if llm is None:
+            raise ValueError("llm_mode ray-serve-llm needs the LLM deployment bound into the app")
+        return ServeLLMClient(llm, settings.llm_model, settings.llm_timeout_s)
+    return None
+
+
+def _add(counter: metrics.Counter, value: float) -> None:
+    """Ray counters refuse increments of zero."""
+    if value > 0:
+        counter.inc(value)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.processed = metrics.Counter("memserve_memorizer_sessions_processed", "Sessions brought up to date.")
+        self.failures = metrics.Counter("memserve_memorizer_failures", "Memorization passes that failed (retried).")
+        self.conflicts = metrics.Counter("memserve_checkpoint_cas_conflicts", "Checkpoint compare-and-set conflicts.")
+        self.pending = metrics.Gauge("memserve_memorizer_pending_sessions", "Sessions waiting for memorization.")
+        self.embedded = metrics.Counter("memserve_memorizer_turns_embedded", "Turns written to the vector store.")
+        self.summaries = metrics.Counter("memserve_summary_calls", "Summaries made, by mode.", tag_keys=("mode",))
+        self.fallbacks = metrics.Counter("memserve_summary_fallbacks", "LLM summaries that fell back to extractive.")
+        self.tokens_before = metrics.Counter("memserve_compaction_tokens_before", "History tokens before compaction.")
+        self.tokens_after = metrics.Counter("memserve_compaction_tokens_after", "History tokens after compaction.")
+        self.pinned = metrics.Counter("memserve_summary_pinned_items", "Key items the LLM dropped and we pinned.")
+        self.facts = metrics.Counter("memserve_extraction_facts_written", "Facts written by extraction.")
+        self.rejects = metrics.Counter("memserve_extraction_rejects", "Extracted facts rejected by validation.")
+        self.extraction_failures = metrics.Counter("memserve_extraction_failures", "Extraction calls that failed.")
+        self.redone = metrics.Counter("memserve_summary_redone", "Degraded checkpoints rebuilt by the LLM.")
+
+    def compaction(self, outcome: CompactionOutcome | None) -> None:
+        if outcome is None or not outcome.compacted or outcome.summary is None:
+            return
+        self.summaries.inc(tags={"mode": outcome.summary.mode})
+        _add(self.fallbacks, int(outcome.summary.mode == "fallback"))
+        _add(self.tokens_before, outcome.tokens_before)
+        _add(self.tokens_after, outcome.tokens_after)
+        _add(self.pinned, len(outcome.summary.pinned))
+
+    def report(self, report: MemorizeReport) -> None:
+        self.processed.inc()
+        _add(self.embedded, report.embedded)
+        self.compaction(report.compaction)
+        _add(self.facts, report.facts_written)
+        _add(self.rejects, report.extraction_rejects)
+        _add(self.extraction_failures, int(report.extraction_failed))
+        _add(self.redone, int(bool(report.redone)))
 
 
 @serve.deployment(name="Memorizer", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.25})
 class Memorizer:
-    async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None):
+    async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None, llm: DeploymentHandle | None = None):
         self.settings = Settings(**(settings or {}))
         self.embedder = embedder
         self.stores = await Stores.connect(self.settings)
-        self.logic = SessionMemorizer(self.stores.log, self.stores.vectors, self._embed, self.settings)
+        self.llm = make_llm_client(self.settings, llm)
+        self.logic = SessionMemorizer(
+            self.stores.log, self.stores.vectors, self.stores.facts, self._embed, self.settings, self.llm
+        )
         self.running: dict[tuple[str, str], asyncio.Task] = {}
         self.again: set[tuple[str, str]] = set()
-        self.processed = metrics.Counter("memserve_memorizer_sessions_processed", "Sessions brought up to date.")
-        self.failures = metrics.Counter(
-            "memserve_memorizer_failures", "Memorization attempts that failed (retried by the sweep)."
-        )
-        self.conflicts = metrics.Counter("memserve_checkpoint_cas_conflicts", "Summary checkpoint compare-and-set conflicts.")
-        self.pending_gauge = metrics.Gauge("memserve_memorizer_pending_sessions", "Sessions waiting for memorization.")
+        self.not_before: dict[tuple[str, str], tuple[float, float]] = {}  # retry backoff per session
+        self.metrics = _Metrics()
         self.sweeper = asyncio.create_task(self._sweep_forever())
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -50,21 +105,32 @@ class Memorizer:
         self.running[key] = task
         return task
 
-    async def _run(self, key: tuple[str, str]) -> int:
-        cursor = -1
+    async def _run(self, key: tuple[str, str]) -> MemorizeReport | None:
+        report = None
         try:
             while True:
                 self.again.discard(key)
-                cursor = await self.logic.memorize(*key, on_conflict=lambda: self.conflicts.inc())
+                report = await self.logic.memorize(*key, on_conflict=self.metrics.conflicts.inc)
+                self.metrics.report(report)
                 if key not in self.again:
                     break
-            self.processed.inc()
+            llm_trouble = report.extraction_failed or (report.compaction and report.compaction.degraded) or report.redone is False
+            if llm_trouble:
+                self._back_off(key)
+            else:
+                self.not_before.pop(key, None)
         except Exception:
-            self.failures.inc()
+            self.metrics.failures.inc()
+            self._back_off(key)
             logger.exception("memorization of %s/%s failed; the sweep will retry from the cursor", *key)
         finally:
             self.running.pop(key, None)
-        return cursor
+        return report
+
+    def _back_off(self, key: tuple[str, str]) -> None:
+        _, delay = self.not_before.get(key, (0.0, self.settings.memorizer_sweep_interval_s))
+        delay = min(MAX_BACKOFF_S, delay * 2)
+        self.not_before[key] = (time.monotonic() + delay, delay)
 
     async def poke(self, tenant: str, session: str) -> None:
         """Start work for a session and return at once."""
@@ -72,16 +138,25 @@ class Memorizer:
 
     async def memorize_now(self, tenant: str, session: str) -> int:
         """Bring a session up to date and return its cursor (tests, admin tools)."""
-        return await asyncio.shield(self._schedule(tenant, session))
+        report = await asyncio.shield(self._schedule(tenant, session))
+        return report.cursor if report else -1
+
+    async def compress(self, tenant: str, session: str) -> dict:
+        """Compact now (the API's /compress), with the configured summarizer."""
+        outcome = await self.logic.compact(tenant, session, force=True, on_conflict=self.metrics.conflicts.inc)
+        self.metrics.compaction(outcome)
+        return outcome.public()
 
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.settings.memorizer_sweep_interval_s)
             try:
                 pending = await self.stores.log.pending(limit=256)
-                self.pending_gauge.set(len(pending))
+                self.metrics.pending.set(len(pending))
+                now = time.monotonic()
                 for tenant, session in pending:
-                    if (tenant, session) not in self.running:
+                    key = (tenant, session)
+                    if key not in self.running and self.not_before.get(key, (0.0, 0.0))[0] <= now:
                         self._schedule(tenant, session)
             except Exception:
                 logger.exception("memorizer sweep failed; retrying next interval")

@@ -92,6 +92,7 @@ class SessionInfo(BaseModel):
     message_count: int
     covers_upto_seq: int
     memorized_upto_seq: int
+    extracted_upto_seq: int
     summary_version: int
     summary_degraded: bool
     created_at: datetime
@@ -194,6 +195,7 @@ class CompressResponse(BaseModel):
     tokens_before: int
     tokens_after: int
     cas_conflicts: int = Field(description="Compare-and-set retries lost to a concurrent compaction.")
+    degraded: bool = Field(False, description="The LLM failed and the extractive summary was used; redone later.")
 
 
 class UserSessions(BaseModel):

@@ -5,7 +5,7 @@ The same code runs embedded and in production; only these values change.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -73,8 +73,26 @@ class Settings(BaseSettings):
     memorizer_sweep_interval_s: float = Field(1.0, gt=0)
     memorizer_batch_size: int = Field(64, ge=1)
 
+    llm_mode: Literal["none", "openai", "ray-serve-llm"] = Field(
+        "none",
+        description="none: extractive summaries only; openai: an OpenAI-compatible endpoint; "
+        "ray-serve-llm: a vLLM deployment in this app's DAG.",
+    )
+    llm_base_url: str = Field("http://127.0.0.1:8001/v1", description="openai mode: endpoint base URL.")
+    llm_model: str = Field("qwen2.5-7b-instruct", description="Model name sent with each request (model_id in ray-serve-llm).")
+    llm_api_key: str = ""
+    llm_timeout_s: float = Field(30.0, gt=0)
+    llm_seed: int = 0
+    llm_input_tokens: int = Field(6000, ge=64, description="Conversation tokens per LLM call; longer spans are folded in chunks.")
+    llm_extract_max_tokens: int = Field(512, ge=16, le=4096)
+    llm_config: dict[str, Any] = Field(
+        default_factory=dict, description="ray-serve-llm mode: keyword arguments of ray.serve.llm.LLMConfig."
+    )
+    extraction_enabled: bool = Field(True, description="Extract structured facts when an LLM is configured.")
+
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""
         data = self.model_dump()
         data["milvus_token"] = "***" if self.milvus_token else ""
+        data["llm_api_key"] = "***" if self.llm_api_key else ""
         return data

@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass
 
 from serve_app.core.budget import group_blocks
-from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
+from serve_app.core.compression import SummaryState, plan_compaction
 from serve_app.core.tokenizer import count_block, count_tokens
+from serve_app.services.summarizer import Summarizer, SummaryOutcome
 from serve_app.stores.session_log import SessionLog
 
 logger = logging.getLogger("ray.serve")
@@ -25,11 +26,25 @@ class CompactionConflict(RuntimeError):
 @dataclass
 class CompactionOutcome:
     compacted: bool
-    summary: str
+    summary_text: str
     covers_upto_seq: int
     tokens_before: int
     tokens_after: int
     cas_conflicts: int
+    degraded: bool = False
+    summary: SummaryOutcome | None = None
+
+    def public(self) -> dict:
+        """The fields of the HTTP response."""
+        return {
+            "compacted": self.compacted,
+            "summary": self.summary_text,
+            "covers_upto_seq": self.covers_upto_seq,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "cas_conflicts": self.cas_conflicts,
+            "degraded": self.degraded,
+        }
 
 
 def history_tokens(turns: list[dict]) -> int:
@@ -41,9 +56,9 @@ async def compact_session(
     tenant: str,
     session: str,
     *,
+    summarizer: Summarizer,
     trigger_tokens: int,
     keep_rounds: int,
-    summary_max_tokens: int,
     force: bool,
     on_conflict=lambda: None,
 ) -> CompactionOutcome:
@@ -66,15 +81,16 @@ async def compact_session(
             return CompactionOutcome(False, meta.summary, meta.covers_upto_seq, before, before, conflicts)
         span = [t for t in turns if t["seq"] <= target]
         previous = SummaryState.from_dict(meta.summary_state)
-        state, text = extractive_summary(previous, span, target, max_tokens=summary_max_tokens, count_tokens=count_tokens)
+        made = await summarizer.summarize(previous, meta.summary, span, target)
+        text = made.text
         version = await log.write_checkpoint(
             tenant,
             session,
             expected_version=meta.version,
             summary=text,
             covers_upto_seq=target,
-            degraded=False,
-            state=state.to_dict(),
+            degraded=made.degraded,
+            state=made.state.to_dict(),
         )
         if version is None:
             conflicts += 1
@@ -88,6 +104,8 @@ async def compact_session(
             summary_tokens + unsummarized,
             count_tokens(text) + history_tokens(tail),
             conflicts,
+            made.degraded,
+            made,
         )
         logger.info(
             "compacted session",
@@ -100,3 +118,28 @@ async def compact_session(
         )
         return outcome
     raise CompactionConflict(f"compaction of {session} lost {conflicts} compare-and-set races")
+
+
+async def redo_degraded(log: SessionLog, tenant: str, session: str, *, summarizer: Summarizer) -> bool | None:
+    """Rebuild a degraded (extractive fallback) checkpoint with the LLM, covering the same turns.
+
+    True when replaced, False when the LLM failed again or a newer checkpoint won, None when there
+    was nothing to redo.
+    """
+    meta = await log.meta(tenant, session)
+    if meta is None or not meta.summary_degraded or not summarizer.uses_llm or meta.covers_upto_seq == 0:
+        return None
+    covered = await log.read(tenant, session, after=0, limit=meta.covers_upto_seq)
+    made = await summarizer.summarize(SummaryState(), "", covered, meta.covers_upto_seq)
+    if made.degraded:
+        return False
+    version = await log.write_checkpoint(
+        tenant,
+        session,
+        expected_version=meta.version,
+        summary=made.text,
+        covers_upto_seq=meta.covers_upto_seq,
+        degraded=False,
+        state=made.state.to_dict(),
+    )
+    return version is not None

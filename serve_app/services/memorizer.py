@@ -1,18 +1,25 @@
-"""Memorization as a cursor: embed the turns after `memorized_upto_seq`, then compact if due.
+"""Memorization as cursors: embed turns after `memorized_upto_seq`, extract facts after
+`extracted_upto_seq`, compact when due, redo degraded summaries once the LLM answers again.
 
-At-least-once work with an exactly-once effect: vector ids are deterministic, so redoing a batch
-after a crash upserts the same rows; the cursor moves only after Milvus confirmed the write.
+At-least-once work with an exactly-once effect: vector ids are deterministic and a fact write that
+repeats its value adds no row, so redoing a batch after a crash changes nothing; each cursor moves
+only after its store confirmed the write, and never past work that failed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from serve_app.core.ids import turn_memory_id
-from serve_app.services.compaction import compact_session
+from serve_app.llm.client import ChatCall, ChatClient, LLMError
+from serve_app.llm.prompts import RESPONSE_FORMAT, extraction_messages, parse_extraction
+from serve_app.services.compaction import CompactionOutcome, compact_session, redo_degraded
+from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
+from serve_app.stores.facts import FactStore
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import MemoryRow, VectorStore
 
@@ -28,58 +35,146 @@ def created_ms(turn: dict) -> int:
         return 0
 
 
+@dataclass
+class MemorizeReport:
+    """What one pass did, for metrics and tests."""
+
+    cursor: int = 0
+    embedded: int = 0
+    compaction: CompactionOutcome | None = None
+    facts_written: int = 0
+    extraction_rejects: int = 0
+    extraction_failed: bool = False
+    redone: bool | None = None
+    errors: list[str] = field(default_factory=list)
+
+
 class SessionMemorizer:
-    def __init__(self, log: SessionLog, vectors: VectorStore, embed: Embed, settings: Settings):
+    def __init__(
+        self,
+        log: SessionLog,
+        vectors: VectorStore,
+        facts: FactStore,
+        embed: Embed,
+        settings: Settings,
+        llm: ChatClient | None = None,
+    ):
         self.log = log
         self.vectors = vectors
+        self.facts = facts
         self.embed = embed
         self.settings = settings
+        self.llm = llm
+        self.summarizer = Summarizer(
+            llm,
+            summary_max_tokens=settings.summary_max_tokens,
+            llm_input_tokens=settings.llm_input_tokens,
+            seed=settings.llm_seed,
+        )
+        self.extracts = llm is not None and settings.extraction_enabled
 
-    async def memorize(self, tenant: str, session: str, on_conflict=lambda: None) -> int:
-        """Bring the session's cursor to its last seq; returns the cursor (-1 if the session is gone)."""
+    async def compact(self, tenant: str, session: str, *, force: bool, on_conflict=lambda: None) -> CompactionOutcome:
+        return await compact_session(
+            self.log,
+            tenant,
+            session,
+            summarizer=self.summarizer,
+            trigger_tokens=self.settings.compaction_trigger_tokens,
+            keep_rounds=self.settings.compaction_keep_rounds,
+            force=force,
+            on_conflict=on_conflict,
+        )
+
+    async def memorize(self, tenant: str, session: str, on_conflict=lambda: None) -> MemorizeReport:
+        """Bring every cursor of the session to its last seq (as far as the LLM allows)."""
+        report = MemorizeReport()
         batch = self.settings.memorizer_batch_size
         while True:
             meta = await self.log.meta(tenant, session)
             if meta is None:
                 await self.log.advance_cursor(tenant, session, 0, done=True)  # drops it from pending
-                return -1
+                report.cursor = -1
+                return report
             turns = await self.log.read(tenant, session, after=meta.memorized_upto_seq, limit=batch)
             if turns:
-                items = [t for t in turns if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
-                vectors = await self.embed([t["content"] for t in items]) if items else []
-                rows = [
-                    MemoryRow(
-                        id=turn_memory_id(tenant, session, t["seq"]),
-                        tenant_id=tenant,
-                        user_id=meta.user_id,
-                        session_id=session,
-                        seq=t["seq"],
-                        role=t["role"],
-                        kind="turn",
-                        text=t["content"],
-                        created_at_ms=created_ms(t),
-                        vector=vector,
-                    )
-                    for t, vector in zip(items, vectors, strict=False)
-                ]
-                await self.vectors.upsert(rows)
+                report.embedded += await self._embed_turns(tenant, session, meta.user_id, turns)
                 if await self.log.meta(tenant, session) is None:
                     # Deleted while we embedded: remove what we just wrote, leave nothing behind.
                     await self.vectors.delete(tenant_id=tenant, session_id=session)
-                    return -1
+                    report.cursor = -1
+                    return report
             done = len(turns) < batch
             if done:
-                await compact_session(
-                    self.log,
-                    tenant,
-                    session,
-                    trigger_tokens=self.settings.compaction_trigger_tokens,
-                    keep_rounds=self.settings.compaction_keep_rounds,
-                    summary_max_tokens=self.settings.summary_max_tokens,
-                    force=False,
-                    on_conflict=on_conflict,
-                )
+                if self.extracts:
+                    await self._extract(tenant, session, meta.user_id, meta.extracted_upto_seq, report)
+                report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+                if self.summarizer.uses_llm:
+                    report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
             upto = turns[-1]["seq"] if turns else meta.memorized_upto_seq
-            cursor = await self.log.advance_cursor(tenant, session, upto, done=done)
+            report.cursor = await self.log.advance_cursor(
+                tenant,
+                session,
+                upto,
+                done=done,
+                needs_extraction=self.extracts,
+                needs_llm_summary=self.summarizer.uses_llm,
+            )
             if done:
-                return cursor
+                return report
+
+    async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> int:
+        items = [t for t in turns if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
+        if not items:
+            return 0
+        vectors = await self.embed([t["content"] for t in items])
+        rows = [
+            MemoryRow(
+                id=turn_memory_id(tenant, session, t["seq"]),
+                tenant_id=tenant,
+                user_id=user,
+                session_id=session,
+                seq=t["seq"],
+                role=t["role"],
+                kind="turn",
+                text=t["content"],
+                created_at_ms=created_ms(t),
+                vector=vector,
+            )
+            for t, vector in zip(items, vectors, strict=True)
+        ]
+        await self.vectors.upsert(rows)
+        return len(rows)
+
+    async def _extract(self, tenant: str, session: str, user: str, after: int, report: MemorizeReport) -> None:
+        """Facts from the turns after the extraction cursor, one chunk at a time; stops at a failure."""
+        assert self.llm is not None
+        turns = await self.log.read(tenant, session, after=after)
+        if not turns:
+            return
+        for chunk in chunk_span(turns, self.settings.llm_input_tokens):
+            said = [t for t in chunk if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
+            if said:
+                known = [(f.key, f.value) for f in await self.facts.current(tenant, user)]
+                call = ChatCall(
+                    extraction_messages(known, said),
+                    max_tokens=self.settings.llm_extract_max_tokens,
+                    temperature=0.0,
+                    seed=self.settings.llm_seed,
+                    response_format=RESPONSE_FORMAT,
+                )
+                try:
+                    result = await self.llm.chat(call)
+                    facts, rejected = parse_extraction(result.text)
+                except (LLMError, ValueError) as exc:
+                    logger.warning("extraction for %s/%s failed, retried later: %s", tenant, session, exc)
+                    report.extraction_failed = True
+                    report.errors.append(str(exc)[:200])
+                    return
+                report.extraction_rejects += rejected
+                seqs = [t["seq"] for t in said]
+                for fact in facts:
+                    _, changed = await self.facts.put(
+                        tenant, user, fact.key, fact.value, fact.category, source_session=session, source_seqs=seqs
+                    )
+                    report.facts_written += int(changed)
+            await self.log.advance_cursor(tenant, session, chunk[-1]["seq"], done=False, cursor="extracted_upto_seq")

@@ -19,7 +19,7 @@ local owner = redis.call('HGET', KEYS[1], 'user_id')
 if owner and owner ~= ARGV[1] then return {-1, owner} end
 if not owner then
   redis.call('HSET', KEYS[1], 'user_id', ARGV[1], 'created_at', ARGV[3], 'covers_upto_seq', 0,
-             'memorized_upto_seq', 0, 'version', 0)
+             'memorized_upto_seq', 0, 'extracted_upto_seq', 0, 'version', 0)
 end
 local out = {1}
 local added = 0
@@ -56,15 +56,24 @@ redis.call('HSET', KEYS[1], 'summary', ARGV[2], 'covers_upto_seq', ARGV[3], 'sum
 return version + 1
 """
 
+# ARGV: new cursor value, pending member, done flag, cursor field, '1' if extraction must be caught
+# up too, '1' if a degraded summary must be redone before the session leaves the pending set.
 _ADVANCE_CURSOR = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[3], ARGV[2])
   return -2
 end
-local cur = tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0')
+local field = ARGV[4]
+local cur = tonumber(redis.call('HGET', KEYS[1], field) or '0')
 local new = tonumber(ARGV[1])
-if new > cur then redis.call('HSET', KEYS[1], 'memorized_upto_seq', new); cur = new end
-if cur >= redis.call('LLEN', KEYS[2]) and ARGV[3] == '1' then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if new > cur then redis.call('HSET', KEYS[1], field, new); cur = new end
+if ARGV[3] == '1' then
+  local len = redis.call('LLEN', KEYS[2])
+  local caught_up = tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0') >= len
+  if ARGV[5] == '1' and tonumber(redis.call('HGET', KEYS[1], 'extracted_upto_seq') or '0') < len then caught_up = false end
+  if ARGV[6] == '1' and redis.call('HGET', KEYS[1], 'summary_degraded') == '1' then caught_up = false end
+  if caught_up then redis.call('ZREM', KEYS[3], ARGV[2]) end
+end
 return cur
 """
 
@@ -91,6 +100,7 @@ class SessionMeta:
     message_count: int
     covers_upto_seq: int
     memorized_upto_seq: int
+    extracted_upto_seq: int
     version: int
     summary: str
     summary_degraded: bool
@@ -163,6 +173,7 @@ class SessionLog:
             message_count=int(count),
             covers_upto_seq=int(data.get("covers_upto_seq", 0)),
             memorized_upto_seq=int(data.get("memorized_upto_seq", 0)),
+            extracted_upto_seq=int(data.get("extracted_upto_seq", 0)),
             version=int(data.get("version", 0)),
             summary=data.get("summary", ""),
             summary_degraded=data.get("summary_degraded") == "1",
@@ -195,11 +206,25 @@ class SessionLog:
         out = int(await self._cas(keys=[meta_key, log_key], args=args))
         return out if out >= 0 else None
 
-    async def advance_cursor(self, tenant: str, session: str, upto_seq: int, *, done: bool) -> int:
-        """Move memorized_upto_seq forward (never back); drop the session from pending when caught up."""
+    async def advance_cursor(
+        self,
+        tenant: str,
+        session: str,
+        upto_seq: int,
+        *,
+        done: bool,
+        cursor: str = "memorized_upto_seq",
+        needs_extraction: bool = False,
+        needs_llm_summary: bool = False,
+    ) -> int:
+        """Move a cursor forward (never back); when `done`, drop the session from pending if every
+        cursor the memorizer owes is at the end of the log."""
+        if cursor not in ("memorized_upto_seq", "extracted_upto_seq"):
+            raise ValueError(cursor)
         meta_key, log_key, _ = self._keys(tenant, session)
         member = self.pending_member(tenant, session)
-        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, "1" if done else "0"]))
+        flags = ["1" if done else "0", cursor, "1" if needs_extraction else "0", "1" if needs_llm_summary else "0"]
+        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, *flags]))
 
     async def pending(self, limit: int = 100) -> list[tuple[str, str]]:
         members = await self.redis.zrange(PENDING_KEY, 0, limit - 1)

@@ -1,0 +1,146 @@
+"""Memorizer with an LLM (scripted TEST DOUBLE) against the real stores: summaries, pinning,
+fallback and redo, extraction with supersession and a cursor that never skips failed work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from serve_app.services.memorizer import SessionMemorizer
+from serve_app.services.stores import Stores
+from serve_app.settings import Settings
+from tests.doubles import ScriptedChatClient
+
+
+@pytest.fixture(scope="module")
+def embed():
+    """The real bundled all-MiniLM-L6-v2, in process."""
+    from sentence_transformers import SentenceTransformer
+
+    from deployments.embedder import bundled_model_path
+
+    model = SentenceTransformer(bundled_model_path(), device="cpu")
+
+    async def encode(texts: list[str]) -> list[list[float]]:
+        return model.encode(texts, normalize_embeddings=True).tolist()
+
+    return encode
+
+
+def scripted_model(call) -> str:
+    if call.response_format is not None:  # extraction
+        convo = call.messages[1]["content"]
+        facts = []
+        for lang in ("Python", "Go"):
+            if f"I now use {lang}" in convo or f"I use {lang}" in convo:
+                facts = [{"key": "favorite_language", "value": lang, "category": "preference"}]
+        return json.dumps({"facts": facts})
+    # summarization: keeps the order id, drops the amount, so pinning has work to do
+    return "The user asked about order ORD-31 and a refund."
+
+
+@pytest.fixture
+async def stores(backends):
+    settings = Settings(**backends.env, milvus_collection="memorizer_llm")
+    connected = await Stores.connect(settings)
+    yield connected
+    await connected.close()
+
+
+@pytest.fixture
+def make(stores, embed):
+    def memorizer(llm) -> SessionMemorizer:
+        settings = Settings(compaction_trigger_tokens=64, compaction_keep_rounds=2, milvus_collection="memorizer_llm")
+        return SessionMemorizer(stores.log, stores.vectors, stores.facts, embed, settings, llm)
+
+    return memorizer
+
+
+async def _append(stores, session, user, texts):
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": t, "created_at": "2024-05-01T00:00:00+00:00"}
+        for i, t in enumerate(texts)
+    ]
+    await stores.log.append("local", session, user, messages)
+
+
+async def test_llm_summary_is_verified_and_pinned(stores, make):
+    llm = ScriptedChatClient(scripted_model)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(
+        stores,
+        session,
+        user,
+        ["Where is ORD-31? I paid $45.20 on 2024-04-30."] + [f"filler turn {i} with words" for i in range(11)],
+    )
+    report = await make(llm).memorize("local", session)
+    outcome = report.compaction
+    assert outcome.compacted and outcome.summary.mode == "llm"
+    assert "$45.20" in outcome.summary.pinned and "ORD-31" not in outcome.summary.pinned
+    meta = await stores.log.meta("local", session)
+    assert "ORD-31" in meta.summary and "$45.20" in meta.summary and "2024-04-30" in meta.summary
+    assert not meta.summary_degraded
+    assert llm.calls[0].temperature == 0.0
+
+
+async def test_outage_falls_back_then_is_redone(stores, make):
+    llm = ScriptedChatClient(scripted_model)
+    llm.down = True
+    memorizer = make(llm)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["Order ORD-31 for $45.20"] + [f"more words in turn {i}" for i in range(11)])
+    report = await memorizer.memorize("local", session)
+    assert report.compaction.degraded and report.extraction_failed
+    meta = await stores.log.meta("local", session)
+    assert meta.summary_degraded and meta.covers_upto_seq > 0
+    assert meta.memorized_upto_seq == 12 and meta.extracted_upto_seq == 0  # extraction cursor held back
+    pending = await stores.log.pending(limit=10_000)
+    assert ("local", session) in pending  # stays pending until the LLM work is done
+
+    llm.down = False
+    report = await memorizer.memorize("local", session)
+    assert report.redone is True
+    meta = await stores.log.meta("local", session)
+    assert not meta.summary_degraded and "ORD-31" in meta.summary and "$45.20" in meta.summary
+    assert meta.extracted_upto_seq == 12
+    assert ("local", session) not in await stores.log.pending(limit=10_000)
+
+
+async def test_extraction_supersedes_facts_with_source_seqs(stores, make):
+    llm = ScriptedChatClient(scripted_model)
+    memorizer = make(llm)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I use Python at work."])
+    await memorizer.memorize("local", session)
+    await stores.log.append("local", session, user, [{"role": "user", "content": "Update: I now use Go for everything."}])
+    await memorizer.memorize("local", session)
+    current = await stores.facts.get("local", user, "favorite_language")
+    history = await stores.facts.history("local", user, "favorite_language")
+    assert current.value == "Go" and [h.value for h in history] == ["Python", "Go"]
+    assert history[0].source_seqs == [1] and history[1].source_seqs == [2] and history[1].source_session == session
+    assert "favorite_language: Python" in llm.calls[-1].messages[1]["content"]  # known facts are offered
+
+
+async def test_invalid_extraction_output_is_retried_not_skipped(stores, make):
+    answers = iter(["{not json", json.dumps({"facts": [{"key": "home_city", "value": "Lyon", "category": "fact"}]})])
+    llm = ScriptedChatClient(lambda call: next(answers) if call.response_format else "summary")
+    memorizer = make(llm)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I live in Lyon."])
+    first = await memorizer.memorize("local", session)
+    assert first.extraction_failed and (await stores.log.meta("local", session)).extracted_upto_seq == 0
+    await memorizer.memorize("local", session)
+    assert (await stores.facts.get("local", user, "home_city")).value == "Lyon"
+
+
+async def test_concurrent_memorizers_do_not_duplicate(stores, make):
+    llm = ScriptedChatClient(scripted_model)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, [f"turn {i} about ORD-{i}" for i in range(30)])
+    await asyncio.gather(*(make(llm).memorize("local", session) for _ in range(3)))
+    assert await stores.vectors.count_session("local", session) == 30
+    meta = await stores.log.meta("local", session)
+    assert meta.memorized_upto_seq == 30 and meta.message_count == 30
