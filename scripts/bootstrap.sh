@@ -11,7 +11,7 @@ fi
 if [[ ! -f $stamp ]]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   # constraints/cpu.txt pins the CPU torch wheel; a GPU image installs without it and keeps its own torch.
-  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test]'
+  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test,bench]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -1,0 +1,179 @@
+"""Compression quality on seeded synthetic task dialogs (orders, amounts, dates, tool calls).
+
+    python -m bench.compression                       # extractive summary (no LLM)
+    python -m bench.compression --openai-url http://127.0.0.1:8001/v1 --model tiny-qwen
+
+For each mode it compacts a 100-turn dialog with the service's own summarizer (everything but the
+newest rounds) and prints tokens before and after, the ratio, key-fact retention before pinning and
+after, the pinned details' tokens (they are inside the summary, so inside the budget), and whether
+associations survive (an order id within reach of its amount). Writes a PNG next to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from serve_app.core.budget import group_blocks
+from serve_app.core.compression import SummaryState, plan_compaction
+from serve_app.core.tokenizer import count_block, count_tokens
+from serve_app.llm.client import OpenAIChatClient
+from serve_app.llm.prompts import span_items
+from serve_app.services.summarizer import Summarizer
+
+STATUSES = ["shipped", "delayed", "refunded", "in transit", "delivered"]
+
+
+def make_dialog(seed: int, turns: int = 100) -> tuple[list[dict], list[tuple[str, str]]]:
+    """A support dialog; returns the messages (with seq) and the (order id, amount) pairs in it."""
+    rng = random.Random(seed)
+    messages: list[dict] = []
+    pairs: list[tuple[str, str]] = []
+
+    def add(**message) -> None:
+        messages.append({"seq": len(messages) + 1, **message})
+
+    while len(messages) < turns:
+        order = f"ORD-{rng.randint(10000, 99999)}"
+        amount = f"${rng.randint(5, 900)}.{rng.randint(0, 99):02d}"
+        day = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        pairs.append((order, amount))
+        add(role="user", content=f"Hi, order {order} for {amount} placed on {day} has not arrived. Can you check?")
+        args = json.dumps({"order_id": order, "include": ["status", "eta"]})
+        add(role="assistant", content="", tool_calls=[{"id": f"call_{len(messages)}", "type": "function", "function": {"name": "lookup_order", "arguments": args}}])
+        eta = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        add(role="tool", name="lookup_order", content=json.dumps({"order_id": order, "status": rng.choice(STATUSES), "eta": eta, "amount": amount}))
+        add(role="assistant", content=f"Order {order} ({amount}) is {rng.choice(STATUSES)}; expected by {eta}.")
+        if rng.random() < 0.5:
+            add(role="user", content=f"Thanks. Please note ticket T{rng.randint(100, 999)} and refund {amount} if it is late.")
+    return messages[:turns], pairs
+
+
+def associated(summary: str, order: str, amount: str, reach: int = 80) -> bool:
+    for match in re.finditer(re.escape(order), summary):
+        window = summary[max(0, match.start() - reach) : match.end() + reach]
+        if amount in window:
+            return True
+    return False
+
+
+@dataclass
+class Row:
+    mode: str
+    seed: int
+    tokens_before: int
+    tokens_after: int
+    ratio: float
+    retention_before_pinning: float
+    retention_after: float
+    pinned_tokens: int
+    associations: float
+    within_budget: bool
+    degraded: bool
+
+
+async def run_mode(name: str, summarizer: Summarizer, seed: int, budget: int, keep_rounds: int) -> Row:
+    dialog, pairs = make_dialog(seed)
+    before = sum(count_block(b) for b in group_blocks(dialog))
+    target = plan_compaction(dialog, before, trigger_tokens=0, keep_rounds=keep_rounds, force=True)
+    span = [m for m in dialog if m["seq"] <= target]
+    tail = [m for m in dialog if m["seq"] > target]
+    outcome = await summarizer.summarize(SummaryState(), "", span, target)
+    required = span_items(span)
+    text = outcome.text
+    if outcome.mode == "llm":
+        kept_before = outcome.items_kept_before_pinning / max(1, outcome.items_required)
+        pinned_text = text.split("\nPinned details: ", 1)[1] if outcome.pinned else ""
+    else:
+        kept_before = sum(1 for item in required if item in text) / max(1, len(required))
+        pinned_text = ""
+    after = count_tokens(text) + sum(count_block(b) for b in group_blocks(tail))
+    span_pairs = [(o, a) for o, a in pairs if any(o in (m.get("content") or "") for m in span)]
+    return Row(
+        mode=name,
+        seed=seed,
+        tokens_before=before,
+        tokens_after=after,
+        ratio=round(before / max(1, after), 2),
+        retention_before_pinning=round(kept_before, 3),
+        retention_after=round(sum(1 for item in required if item in text) / max(1, len(required)), 3),
+        pinned_tokens=count_tokens(pinned_text) if pinned_text else 0,
+        associations=round(sum(associated(text, o, a) for o, a in span_pairs) / max(1, len(span_pairs)), 3),
+        within_budget=after <= budget,
+        degraded=outcome.degraded,
+    )
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = sorted({r.mode for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in modes:
+        mine = [r for r in rows if r.mode == mode]
+        axes[0].scatter([r.tokens_before for r in mine], [r.tokens_after for r in mine], label=mode)
+        axes[1].bar(
+            [f"{mode}\nbefore pin", f"{mode}\nafter", f"{mode}\nassoc."],
+            [
+                sum(r.retention_before_pinning for r in mine) / len(mine),
+                sum(r.retention_after for r in mine) / len(mine),
+                sum(r.associations for r in mine) / len(mine),
+            ],
+        )
+    axes[0].axhline(2000, linestyle="--", color="grey", label="2,000-token target")
+    axes[0].set_xlabel("tokens before")
+    axes[0].set_ylabel("summary + recent turns")
+    axes[0].legend()
+    axes[1].set_ylim(0, 1.05)
+    axes[1].set_title("key-fact retention")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--keep-rounds", type=int, default=2)
+    parser.add_argument("--summary-max-tokens", type=int, default=512)
+    parser.add_argument("--openai-url", help="OpenAI-compatible endpoint to test the LLM mode against.")
+    parser.add_argument("--model", default="qwen2.5-7b-instruct")
+    parser.add_argument("--llm-input-tokens", type=int, default=6000)
+    parser.add_argument("--json", dest="json_out", default="bench/out/compression.json")
+    args = parser.parse_args()
+
+    modes = {"extractive": Summarizer(None, summary_max_tokens=args.summary_max_tokens)}
+    if args.openai_url:
+        client = OpenAIChatClient(args.openai_url, args.model, timeout_s=300)
+        modes["llm (openai)"] = Summarizer(client, summary_max_tokens=args.summary_max_tokens, llm_input_tokens=args.llm_input_tokens)
+    rows = []
+    for name, summarizer in modes.items():
+        for seed in tqdm(range(args.seeds), desc=name, unit="dialog"):
+            rows.append(await run_mode(name, summarizer, seed, args.budget, args.keep_rounds))
+
+    header = f"{'mode':<14}{'seed':>5}{'before':>8}{'after':>7}{'ratio':>7}{'kept<pin':>9}{'kept':>7}{'pin tok':>8}{'assoc':>7}{'<=budget':>9}"
+    print(header)
+    for r in rows:
+        print(
+            f"{r.mode:<14}{r.seed:>5}{r.tokens_before:>8}{r.tokens_after:>7}{r.ratio:>7}{r.retention_before_pinning:>9.1%}"
+            f"{r.retention_after:>7.1%}{r.pinned_tokens:>8}{r.associations:>7.1%}{str(r.within_budget):>9}"
+        )
+    out = Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
