@@ -47,9 +47,19 @@ def make_dialog(seed: int, turns: int = 100) -> tuple[list[dict], list[tuple[str
         pairs.append((order, amount))
         add(role="user", content=f"Hi, order {order} for {amount} placed on {day} has not arrived. Can you check?")
         args = json.dumps({"order_id": order, "include": ["status", "eta"]})
-        add(role="assistant", content="", tool_calls=[{"id": f"call_{len(messages)}", "type": "function", "function": {"name": "lookup_order", "arguments": args}}])
+        add(
+            role="assistant",
+            content="",
+            tool_calls=[
+                {"id": f"call_{len(messages)}", "type": "function", "function": {"name": "lookup_order", "arguments": args}}
+            ],
+        )
         eta = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        add(role="tool", name="lookup_order", content=json.dumps({"order_id": order, "status": rng.choice(STATUSES), "eta": eta, "amount": amount}))
+        add(
+            role="tool",
+            name="lookup_order",
+            content=json.dumps({"order_id": order, "status": rng.choice(STATUSES), "eta": eta, "amount": amount}),
+        )
         add(role="assistant", content=f"Order {order} ({amount}) is {rng.choice(STATUSES)}; expected by {eta}.")
         if rng.random() < 0.5:
             add(role="user", content=f"Thanks. Please note ticket T{rng.randint(100, 999)} and refund {amount} if it is late.")
@@ -155,13 +165,16 @@ async def main() -> None:
     modes = {"extractive": Summarizer(None, summary_max_tokens=args.summary_max_tokens)}
     if args.openai_url:
         client = OpenAIChatClient(args.openai_url, args.model, timeout_s=300)
-        modes["llm (openai)"] = Summarizer(client, summary_max_tokens=args.summary_max_tokens, llm_input_tokens=args.llm_input_tokens)
+        modes["llm (openai)"] = Summarizer(
+            client, summary_max_tokens=args.summary_max_tokens, llm_input_tokens=args.llm_input_tokens
+        )
     rows = []
     for name, summarizer in modes.items():
         for seed in tqdm(range(args.seeds), desc=name, unit="dialog"):
             rows.append(await run_mode(name, summarizer, seed, args.budget, args.keep_rounds))
 
-    header = f"{'mode':<14}{'seed':>5}{'before':>8}{'after':>7}{'ratio':>7}{'kept<pin':>9}{'kept':>7}{'pin tok':>8}{'assoc':>7}{'<=budget':>9}"
+    header = f"{'mode':<14}{'seed':>5}{'before':>8}{'after':>7}{'ratio':>7}"
+    header += f"{'kept<pin':>9}{'kept':>7}{'pin tok':>8}{'assoc':>7}{'<=budget':>9}"
     print(header)
     for r in rows:
         print(
