@@ -89,6 +89,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="ray-serve-llm mode: keyword arguments of ray.serve.llm.LLMConfig."
     )
     extraction_enabled: bool = Field(True, description="Extract structured facts when an LLM is configured.")
+    extraction_max_facts: int = Field(8, ge=1, le=8, description="maxItems of the extraction schema.")
+    extraction_max_attempts: int = Field(
+        3, ge=1, description="Invalid outputs for one span before it is skipped (counted as rejects); outages never skip."
+    )
 
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""

@@ -40,33 +40,42 @@ EXTRACT_SYSTEM = (
 )
 
 MAX_FACTS = 8
-KEY_MAX = 64
-VALUE_MAX = 256
+KEY_MAX = 48
+VALUE_MAX = 160
 Category = Literal["preference", "fact", "decision", "task"]
 
-EXTRACTION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "facts": {
-            "type": "array",
-            "maxItems": MAX_FACTS,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "key": {"type": "string", "minLength": 1, "maxLength": KEY_MAX},
-                    "value": {"type": "string", "minLength": 1, "maxLength": VALUE_MAX},
-                    "category": {"type": "string", "enum": ["preference", "fact", "decision", "task"]},
-                },
-                "required": ["key", "value", "category"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["facts"],
-    "additionalProperties": False,
-}
 
-RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "facts", "schema": EXTRACTION_SCHEMA, "strict": True}}
+def extraction_schema(max_facts: int = MAX_FACTS) -> dict[str, Any]:
+    """The JSON schema guided decoding follows: every string and the list are bounded, so the
+    longest valid answer is bounded too (and `max_tokens` can be set above it)."""
+    return {
+        "type": "object",
+        "properties": {
+            "facts": {
+                "type": "array",
+                "maxItems": max_facts,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": {"type": "string", "minLength": 1, "maxLength": KEY_MAX},
+                        "value": {"type": "string", "minLength": 1, "maxLength": VALUE_MAX},
+                        "category": {"type": "string", "enum": ["preference", "fact", "decision", "task"]},
+                    },
+                    "required": ["key", "value", "category"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["facts"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(max_facts: int = MAX_FACTS) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "facts", "schema": extraction_schema(max_facts), "strict": True}}
+
+
+RESPONSE_FORMAT = response_format()
 
 
 def _data(text: str) -> str:
@@ -132,16 +141,19 @@ def normalize_key(key: str) -> str:
     return slug[:KEY_MAX]
 
 
-def parse_extraction(text: str) -> tuple[list[ExtractedFact], int]:
+def parse_extraction(text: str, max_facts: int = MAX_FACTS) -> tuple[list[ExtractedFact], int]:
     """Validated facts and the number rejected; raises ValueError when the output is not the schema."""
     try:
-        parsed = Extraction.model_validate(json.loads(text))
+        # strict=False: grammar-guided decoders may emit raw control characters inside strings.
+        parsed = Extraction.model_validate(json.loads(text, strict=False))
     except (json.JSONDecodeError, ValidationError) as exc:
         raise ValueError(f"extraction output does not match the schema: {exc}") from exc
+    if len(parsed.facts) > max_facts:
+        raise ValueError(f"extraction returned {len(parsed.facts)} facts, more than {max_facts}")
     kept, rejected = [], 0
     for fact in parsed.facts:
         key = normalize_key(fact.key)
-        value = fact.value.strip()
+        value = " ".join(fact.value.split())
         if not key or not _KEY_RE.fullmatch(key) or not value:
             rejected += 1
             continue

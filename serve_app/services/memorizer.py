@@ -15,7 +15,7 @@ from datetime import datetime
 
 from serve_app.core.ids import turn_memory_id
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
-from serve_app.llm.prompts import RESPONSE_FORMAT, extraction_messages, parse_extraction
+from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import CompactionOutcome, compact_session, redo_degraded
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
@@ -160,16 +160,31 @@ class SessionMemorizer:
                     max_tokens=self.settings.llm_extract_max_tokens,
                     temperature=0.0,
                     seed=self.settings.llm_seed,
-                    response_format=RESPONSE_FORMAT,
+                    response_format=response_format(self.settings.extraction_max_facts),
                 )
                 try:
                     result = await self.llm.chat(call)
-                    facts, rejected = parse_extraction(result.text)
-                except (LLMError, ValueError) as exc:
+                    facts, rejected = parse_extraction(result.text, self.settings.extraction_max_facts)
+                except LLMError as exc:  # the model is unreachable: retry later, never skip
                     logger.warning("extraction for %s/%s failed, retried later: %s", tenant, session, exc)
                     report.extraction_failed = True
                     report.errors.append(str(exc)[:200])
                     return
+                except ValueError as exc:  # the model answered, but not the schema
+                    attempts = await self.log.count_extraction_failure(tenant, session)
+                    report.errors.append(str(exc)[:200])
+                    if attempts < self.settings.extraction_max_attempts:
+                        logger.warning("invalid extraction for %s/%s (attempt %d): %s", tenant, session, attempts, exc)
+                        report.extraction_failed = True
+                        return
+                    logger.warning(
+                        "skipping extraction of %s/%s up to seq %d after %d invalid outputs",
+                        tenant,
+                        session,
+                        chunk[-1]["seq"],
+                        attempts,
+                    )
+                    facts, rejected = [], 1
                 report.extraction_rejects += rejected
                 seqs = [t["seq"] for t in said]
                 for fact in facts:

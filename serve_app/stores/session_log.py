@@ -66,7 +66,11 @@ end
 local field = ARGV[4]
 local cur = tonumber(redis.call('HGET', KEYS[1], field) or '0')
 local new = tonumber(ARGV[1])
-if new > cur then redis.call('HSET', KEYS[1], field, new); cur = new end
+if new > cur then
+  redis.call('HSET', KEYS[1], field, new)
+  if field == 'extracted_upto_seq' then redis.call('HDEL', KEYS[1], 'extraction_failures') end
+  cur = new
+end
 if ARGV[3] == '1' then
   local len = redis.call('LLEN', KEYS[2])
   local caught_up = tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0') >= len
@@ -225,6 +229,11 @@ class SessionLog:
         member = self.pending_member(tenant, session)
         flags = ["1" if done else "0", cursor, "1" if needs_extraction else "0", "1" if needs_llm_summary else "0"]
         return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, *flags]))
+
+    async def count_extraction_failure(self, tenant: str, session: str) -> int:
+        """Invalid extraction outputs for the span after the extraction cursor (reset when it moves)."""
+        meta_key, _, _ = self._keys(tenant, session)
+        return int(await self.redis.hincrby(meta_key, "extraction_failures", 1))
 
     async def pending(self, limit: int = 100) -> list[tuple[str, str]]:
         members = await self.redis.zrange(PENDING_KEY, 0, limit - 1)

@@ -144,3 +144,17 @@ async def test_concurrent_memorizers_do_not_duplicate(stores, make):
     assert await stores.vectors.count_session("local", session) == 30
     meta = await stores.log.meta("local", session)
     assert meta.memorized_upto_seq == 30 and meta.message_count == 30
+
+
+async def test_output_that_never_matches_the_schema_is_skipped_after_bounded_attempts(stores, make):
+    llm = ScriptedChatClient(lambda call: '{"facts": "nonsense"}' if call.response_format else "summary")
+    memorizer = make(llm)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I live in Lyon."])
+    for attempt in range(1, 3):
+        report = await memorizer.memorize("local", session)
+        assert report.extraction_failed and (await stores.log.meta("local", session)).extracted_upto_seq == 0, attempt
+    report = await memorizer.memorize("local", session)  # third invalid answer: counted and skipped
+    assert report.extraction_rejects == 1 and not report.extraction_failed
+    assert (await stores.log.meta("local", session)).extracted_upto_seq == 1
+    assert ("local", session) not in await stores.log.pending(limit=10_000)

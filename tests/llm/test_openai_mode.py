@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
-from serve_app.llm.prompts import RESPONSE_FORMAT, extraction_messages, parse_extraction
+from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.memorizer import SessionMemorizer
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
@@ -42,9 +42,10 @@ def _settings() -> Settings:
         compaction_trigger_tokens=64,
         llm_mode="openai",
         llm_model=MODEL_ID,
-        llm_input_tokens=200,
-        summary_max_tokens=48,
-        llm_extract_max_tokens=160,
+        llm_input_tokens=120,
+        summary_max_tokens=64,
+        llm_extract_max_tokens=300,
+        extraction_max_facts=1,
         llm_timeout_s=120,
     )
 
@@ -53,11 +54,11 @@ async def test_guided_extraction_returns_schema_valid_json(openai_server):
     client = OpenAIChatClient(openai_server.base_url, MODEL_ID, timeout_s=120)
     try:
         turns = [{"seq": 1, "role": "user", "content": "I moved to Lyon and I prefer Go now."}]
-        call = ChatCall(extraction_messages([], turns), max_tokens=160, seed=0, response_format=RESPONSE_FORMAT)
+        call = ChatCall(extraction_messages([], turns), max_tokens=300, seed=0, response_format=response_format(1))
         result = await client.chat(call)
         assert result.finish_reason == "stop", result  # guided decoding closes the JSON by itself
-        facts, rejected = parse_extraction(result.text)  # schema-valid, validated by pydantic
-        assert len(facts) + rejected <= 8
+        facts, rejected = parse_extraction(result.text, 1)  # schema-valid, validated by pydantic
+        assert len(facts) + rejected <= 1
     finally:
         await client.close()
 
