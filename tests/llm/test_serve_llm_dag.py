@@ -28,7 +28,8 @@ def llm_app(backends, tiny_model, data_root):
     from serve_app.app import build_app
 
     os.environ.update(backends.env)
-    start_ray(ray_temp_dir(data_root / "llm"))
+    # Logical CPUs: the LLM placement group wants a whole CPU beside the memory deployments.
+    start_ray(ray_temp_dir(data_root / "llm"), num_cpus=4)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     args = {
