@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import asyncpg
 import redis.exceptions
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pymilvus.exceptions import MilvusException
 from ray import serve
 from ray.exceptions import RayTaskError
@@ -26,8 +28,10 @@ from serve_app.core.budget import BudgetError
 from serve_app.core.ids import ID_PATTERN, direct_memory_id
 from serve_app.services.compaction import CompactionConflict, SessionNotFound
 from serve_app.services.context import build_working_memory, ms_to_datetime
+from serve_app.services.forget import forget_user
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
+from serve_app.stores.rate_limit import RateLimited, RateLimiter
 from serve_app.stores.session_log import SessionOwnerError
 from serve_app.stores.vectors import MemoryRow
 
@@ -60,6 +64,35 @@ def _error(status: int, message: str, **extra) -> JSONResponse:
     return JSONResponse(status_code=status, content={"detail": message, **extra})
 
 
+_bearer = HTTPBearer(auto_error=False, description="API key as a bearer token.")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key (alternative header).")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the tenant comes from the API key, never from the request body."""
+
+    tenant: str
+    key_digest: str
+
+
+async def _caller(
+    request: Request,
+    bearer: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    header_key: str | None = Depends(_api_key_header),
+) -> Caller:
+    keyring = request.app.state.keyring
+    if not keyring.enabled:  # the loopback-only local profile
+        return Caller(request.app.state.default_tenant, "local")
+    found = keyring.tenant_for(bearer.credentials if bearer else header_key)
+    if found is None:
+        raise HTTPException(401, "missing or invalid API key", headers={"WWW-Authenticate": "Bearer"})
+    return Caller(*found)
+
+
+TenantDep = Depends(_caller)
+
+
 def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     logger.warning("backend unavailable: %r", exc)
     response = _error(503, f"a backing store is unavailable ({type(exc).__name__}); retry later")
@@ -77,16 +110,32 @@ app.add_exception_handler(SessionOwnerError, lambda r, e: _error(409, "session b
 app.add_exception_handler(BudgetError, lambda r, e: _error(422, str(e), token_counts=e.counts))
 app.add_exception_handler(SessionNotFound, lambda r, e: _error(404, "session not found"))
 app.add_exception_handler(CompactionConflict, _conflict)
+
+
+def _rate_limited(request: Request, exc: RateLimited) -> JSONResponse:
+    response = _error(429, str(exc))
+    response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+app.add_exception_handler(RateLimited, _rate_limited)
 for _exc in UNAVAILABLE:
     app.add_exception_handler(_exc, _unavailable)
 
 
 @app.middleware("http")
 async def access_log(request: Request, call_next):
-    """One structured log line per request. Serve itself puts `x-request-id` on every response
-    (the client's own, or a new one) and on every replica log line."""
+    """One structured log line per request, and oversize bodies refused before anyone parses them.
+
+    Serve itself puts `x-request-id` on every response (the client's own, or a new one) and on
+    every replica log line."""
     started = time.perf_counter()
-    response = await call_next(request)
+    limit = getattr(request.app.state, "max_body_bytes", None)
+    declared = request.headers.get("content-length")
+    if limit and declared and declared.isdigit() and int(declared) > limit:
+        response = _error(413, f"request body of {declared} bytes is over the {limit}-byte limit")
+    else:
+        response = await call_next(request)
     logger.info(
         "%s %s -> %s in %.1f ms",
         request.method,
@@ -105,7 +154,10 @@ class Ingress:
         self.embedder = embedder
         self.memorizer = memorizer
         self.stores = await Stores.connect(self.settings)
-        self.tenant = self.settings.default_tenant
+        self.limiter = RateLimiter(self.stores.log.redis)
+        app.state.keyring = self.settings.keyring()
+        app.state.default_tenant = self.settings.default_tenant
+        app.state.max_body_bytes = self.settings.max_body_bytes
         self.pokes: set[asyncio.Task] = set()
         self.context_tokens = metrics.Histogram(
             "memserve_context_tokens",
@@ -116,10 +168,10 @@ class Ingress:
     async def _embed_one(self, text: str) -> list[float]:
         return await self.embedder.embed_one.remote(text)
 
-    def _poke(self, session_id: str) -> None:
+    def _poke(self, tenant: str, session_id: str) -> None:
         async def send() -> None:
             try:
-                await self.memorizer.poke.remote(self.tenant, session_id)
+                await self.memorizer.poke.remote(tenant, session_id)
             except Exception as exc:  # the sweep picks the session up from the pending set
                 logger.warning("memorizer poke failed: %r", exc)
 
@@ -135,23 +187,27 @@ class Ingress:
         return JSONResponse(status_code=200 if ok else 503, content=body.model_dump())
 
     @app.post("/v1/sessions/{session_id}/messages", response_model=schemas.AppendResponse, summary="Append messages")
-    async def append(self, body: schemas.AppendRequest, session_id: str = SessionId) -> schemas.AppendResponse:
+    async def append(
+        self, body: schemas.AppendRequest, session_id: str = SessionId, who: Caller = TenantDep
+    ) -> schemas.AppendResponse:
+        limit = self.settings.rate_limit_overrides.get(who.tenant, self.settings.rate_limit_messages_per_minute)
+        await self.limiter.spend(who.key_digest, len(body.messages), limit)
         now = datetime.now(timezone.utc)
         stored = [m.stored(now) for m in body.messages]
-        result = await self.stores.log.append(self.tenant, session_id, body.user_id, stored)
+        result = await self.stores.log.append(who.tenant, session_id, body.user_id, stored)
         if not all(result.duplicates):
-            self._poke(session_id)
+            self._poke(who.tenant, session_id)
         return schemas.AppendResponse(session_id=session_id, seqs=result.seqs, duplicates=result.duplicates)
 
-    async def _meta_or_404(self, session_id: str):
-        meta = await self.stores.log.meta(self.tenant, session_id)
+    async def _meta_or_404(self, tenant: str, session_id: str):
+        meta = await self.stores.log.meta(tenant, session_id)
         if meta is None:
             raise SessionNotFound(session_id)
         return meta
 
     @app.get("/v1/sessions/{session_id}", response_model=schemas.SessionInfo, summary="Session state")
-    async def session_info(self, session_id: str = SessionId) -> schemas.SessionInfo:
-        meta = await self._meta_or_404(session_id)
+    async def session_info(self, session_id: str = SessionId, who: Caller = TenantDep) -> schemas.SessionInfo:
+        meta = await self._meta_or_404(who.tenant, session_id)
         return schemas.SessionInfo(
             session_id=session_id,
             user_id=meta.user_id,
@@ -168,12 +224,13 @@ class Ingress:
     @app.get("/v1/sessions/{session_id}/messages", response_model=schemas.MessagesPage, summary="Read the log")
     async def messages(
         self,
+        who: Caller = TenantDep,
         session_id: str = SessionId,
         after: int = Query(0, ge=0, description="Return messages with seq > after."),
         limit: int = Query(100, ge=1, le=1000),
     ) -> schemas.MessagesPage:
-        meta = await self._meta_or_404(session_id)
-        rows = await self.stores.log.read(self.tenant, session_id, after=after, limit=limit)
+        meta = await self._meta_or_404(who.tenant, session_id)
+        rows = await self.stores.log.read(who.tenant, session_id, after=after, limit=limit)
         last = rows[-1]["seq"] if rows else after
         return schemas.MessagesPage(
             session_id=session_id,
@@ -184,77 +241,86 @@ class Ingress:
         )
 
     @app.delete("/v1/sessions/{session_id}", response_model=schemas.Deleted, summary="Delete a session and its vectors")
-    async def delete_session(self, session_id: str = SessionId) -> schemas.Deleted:
-        vectors = await self.stores.vectors.delete(tenant_id=self.tenant, session_id=session_id)
-        removed = await self.stores.log.delete(self.tenant, session_id)
+    async def delete_session(self, session_id: str = SessionId, who: Caller = TenantDep) -> schemas.Deleted:
+        vectors = await self.stores.vectors.delete(tenant_id=who.tenant, session_id=session_id)
+        removed = await self.stores.log.delete(who.tenant, session_id)
         # A memorizer that read the log before the delete may have upserted since: sweep again.
-        vectors += await self.stores.vectors.delete(tenant_id=self.tenant, session_id=session_id)
+        vectors += await self.stores.vectors.delete(tenant_id=who.tenant, session_id=session_id)
         if not removed and not vectors:
             raise SessionNotFound(session_id)
         return schemas.Deleted(deleted=True, details={"session": int(removed), "vectors": vectors})
 
     @app.post("/v1/context", response_model=schemas.ContextResponse, summary="Build the prompt for the next call")
-    async def context(self, body: schemas.ContextRequestIn) -> schemas.ContextResponse:
-        response = await build_working_memory(body, self.tenant, self.stores, self._embed_one, self.settings)
+    async def context(self, body: schemas.ContextRequestIn, who: Caller = TenantDep) -> schemas.ContextResponse:
+        response = await build_working_memory(body, who.tenant, self.stores, self._embed_one, self.settings)
         self.context_tokens.observe(response.usage.total_tokens)
         return response
 
     @app.post("/v1/sessions/{session_id}/compress", response_model=schemas.CompressResponse, summary="Compact now")
-    async def compress(self, session_id: str = SessionId) -> schemas.CompressResponse:
+    async def compress(self, session_id: str = SessionId, who: Caller = TenantDep) -> schemas.CompressResponse:
         """Runs in the memorizer, which owns the summarizer (and its LLM, when one is configured)."""
-        await self._meta_or_404(session_id)
+        await self._meta_or_404(who.tenant, session_id)
         try:
-            outcome = await self.memorizer.compress.remote(self.tenant, session_id)
+            outcome = await self.memorizer.compress.remote(who.tenant, session_id)
         except RayTaskError as exc:  # re-raise the memorizer's own error so the handlers map it
             raise exc.as_instanceof_cause() from None
         return schemas.CompressResponse(session_id=session_id, **outcome)
 
     @app.get("/v1/users/{user_id}/sessions", response_model=schemas.UserSessions, summary="A user's live sessions")
-    async def user_sessions(self, user_id: str = UserId) -> schemas.UserSessions:
-        sessions = await self.stores.log.user_sessions(self.tenant, user_id)
+    async def user_sessions(self, user_id: str = UserId, who: Caller = TenantDep) -> schemas.UserSessions:
+        sessions = await self.stores.log.user_sessions(who.tenant, user_id)
         return schemas.UserSessions(
             user_id=user_id,
             sessions=[{"session_id": s, "updated_at": ms_to_datetime(ms).isoformat()} for s, ms in sessions],
         )
 
+    @app.delete("/v1/users/{user_id}", response_model=schemas.Deleted, summary="Forget a user everywhere")
+    async def forget(self, user_id: str = UserId, who: Caller = TenantDep) -> schemas.Deleted:
+        """Sessions, vectors and facts (with their history) of the user, in every store; a tombstone
+        stops a memorizer that is still working on the user from writing anything back."""
+        removed = await forget_user(self.stores, who.tenant, user_id)
+        return schemas.Deleted(deleted=any(removed.values()), details=removed)
+
     @app.get("/v1/users/{user_id}/facts", response_model=list[schemas.FactOut], summary="Current facts")
-    async def list_facts(self, user_id: str = UserId) -> list[schemas.FactOut]:
-        return [schemas.FactOut(**f.__dict__) for f in await self.stores.facts.current(self.tenant, user_id)]
+    async def list_facts(self, user_id: str = UserId, who: Caller = TenantDep) -> list[schemas.FactOut]:
+        return [schemas.FactOut(**f.__dict__) for f in await self.stores.facts.current(who.tenant, user_id)]
 
     @app.get("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactOut, summary="One current fact")
-    async def get_fact(self, user_id: str = UserId, key: str = FactKey):
-        fact = await self.stores.facts.get(self.tenant, user_id, key)
+    async def get_fact(self, user_id: str = UserId, key: str = FactKey, who: Caller = TenantDep):
+        fact = await self.stores.facts.get(who.tenant, user_id, key)
         if fact is None:
             return _error(404, "fact not found")
         return schemas.FactOut(**fact.__dict__)
 
     @app.put("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactWrite, summary="Set a fact (supersedes)")
-    async def put_fact(self, body: schemas.FactIn, user_id: str = UserId, key: str = FactKey) -> schemas.FactWrite:
+    async def put_fact(
+        self, body: schemas.FactIn, user_id: str = UserId, key: str = FactKey, who: Caller = TenantDep
+    ) -> schemas.FactWrite:
         fact, changed = await self.stores.facts.put(
-            self.tenant, user_id, key, body.value, body.category, source_session=body.source_session, source_seqs=body.source_seqs
+            who.tenant, user_id, key, body.value, body.category, source_session=body.source_session, source_seqs=body.source_seqs
         )
         return schemas.FactWrite(fact=schemas.FactOut(**fact.__dict__), changed=changed)
 
     @app.delete("/v1/users/{user_id}/facts/{key}", response_model=schemas.Deleted, summary="Close a fact")
-    async def delete_fact(self, user_id: str = UserId, key: str = FactKey):
-        if not await self.stores.facts.delete(self.tenant, user_id, key):
+    async def delete_fact(self, user_id: str = UserId, key: str = FactKey, who: Caller = TenantDep):
+        if not await self.stores.facts.delete(who.tenant, user_id, key):
             return _error(404, "fact not found")
         return schemas.Deleted(deleted=True, details={"facts": 1})
 
     @app.get("/v1/users/{user_id}/facts/{key}/history", response_model=list[schemas.FactOut], summary="Every version")
-    async def fact_history(self, user_id: str = UserId, key: str = FactKey):
-        rows = await self.stores.facts.history(self.tenant, user_id, key)
+    async def fact_history(self, user_id: str = UserId, key: str = FactKey, who: Caller = TenantDep):
+        rows = await self.stores.facts.history(who.tenant, user_id, key)
         if not rows:
             return _error(404, "fact not found")
         return [schemas.FactOut(**f.__dict__) for f in rows]
 
     @app.post("/v1/users/{user_id}/memories", response_model=schemas.MemoryOut, summary="Add a memory directly")
-    async def add_memory(self, body: schemas.MemoryIn, user_id: str = UserId) -> schemas.MemoryOut:
+    async def add_memory(self, body: schemas.MemoryIn, user_id: str = UserId, who: Caller = TenantDep) -> schemas.MemoryOut:
         created = body.created_at or datetime.now(timezone.utc)
-        memory_id = body.id or direct_memory_id(self.tenant, user_id, body.text)
+        memory_id = body.id or direct_memory_id(who.tenant, user_id, body.text)
         vector = await self._embed_one(body.text)
         row = MemoryRow(
-            memory_id, self.tenant, user_id, "", 0, "memory", "memory", body.text, int(created.timestamp() * 1000), vector
+            memory_id, who.tenant, user_id, "", 0, "memory", "memory", body.text, int(created.timestamp() * 1000), vector
         )
         await self.stores.vectors.upsert([row])
         return schemas.MemoryOut(
@@ -263,9 +329,13 @@ class Ingress:
 
     @app.get("/v1/users/{user_id}/memories", response_model=list[schemas.MemoryOut], summary="List memories")
     async def list_memories(
-        self, user_id: str = UserId, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=16384)
+        self,
+        user_id: str = UserId,
+        limit: int = Query(100, ge=1, le=1000),
+        offset: int = Query(0, ge=0, le=16384),
+        who: Caller = TenantDep,
     ) -> list[schemas.MemoryOut]:
-        rows = await self.stores.vectors.list(self.tenant, user_id, limit=limit, offset=offset)
+        rows = await self.stores.vectors.list(who.tenant, user_id, limit=limit, offset=offset)
         return [
             schemas.MemoryOut(
                 id=r["id"],
@@ -280,16 +350,20 @@ class Ingress:
         ]
 
     @app.delete("/v1/users/{user_id}/memories/{memory_id}", response_model=schemas.Deleted, summary="Delete a memory")
-    async def delete_memory(self, user_id: str = UserId, memory_id: str = Path(pattern=ID_PATTERN, max_length=128)):
-        removed = await self.stores.vectors.delete(tenant_id=self.tenant, user_id=user_id, id=memory_id)
+    async def delete_memory(
+        self, user_id: str = UserId, memory_id: str = Path(pattern=ID_PATTERN, max_length=128), who: Caller = TenantDep
+    ):
+        removed = await self.stores.vectors.delete(tenant_id=who.tenant, user_id=user_id, id=memory_id)
         if not removed:
             return _error(404, "memory not found")
         return schemas.Deleted(deleted=True, details={"vectors": removed})
 
     @app.post("/v1/users/{user_id}/memories/search", response_model=list[schemas.SearchHit], summary="Semantic search")
-    async def search(self, body: schemas.SearchRequest, user_id: str = UserId) -> list[schemas.SearchHit]:
+    async def search(
+        self, body: schemas.SearchRequest, user_id: str = UserId, who: Caller = TenantDep
+    ) -> list[schemas.SearchHit]:
         vector = await self._embed_one(body.query)
-        hits = await self.stores.vectors.search(self.tenant, user_id, vector, top_k=body.top_k, min_score=body.min_score)
+        hits = await self.stores.vectors.search(who.tenant, user_id, vector, top_k=body.top_k, min_score=body.min_score)
         return [
             schemas.SearchHit(
                 id=h.id,

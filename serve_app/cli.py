@@ -12,7 +12,9 @@ from pathlib import Path
 
 import typer
 
+from serve_app.core.auth import hash_key, is_loopback, new_key
 from serve_app.embedded.launchers import EmbeddedBackends, LaunchError, Ports
+from serve_app.settings import Settings
 
 cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM agents on Ray Serve.")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.yaml"
@@ -54,6 +56,17 @@ def up(
     except (ConfigError, OSError, ValueError) as exc:
         _say(f"error: {exc}")
         raise typer.Exit(2) from exc
+    try:
+        keyring = Settings(**serve_config.applications[0].args).keyring()
+    except ValueError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(2) from exc
+    if not is_loopback(host) and not keyring.enabled:
+        _say(
+            f"error: refusing to serve on {host} without API keys: anyone who can reach it could read every "
+            "memory. Configure api_keys or api_keys_file (memserve hash-key makes one), or bind 127.0.0.1."
+        )
+        raise typer.Exit(2)
     use_embedded = embedded if embedded is not None else not all(os.environ.get(v) for v in EXTERNAL_VARS)
     run_dir = _run_dir(data_dir)
     pid_file = run_dir / "memserve.pid"
@@ -168,6 +181,17 @@ def down(
     pid_file.unlink(missing_ok=True)
     backends_file.unlink(missing_ok=True)
     _say("stopped" + (f" ({killed} leftover processes killed)" if killed else ""))
+
+
+@cli.command("hash-key")
+def hash_key_command(
+    tenant: str = typer.Argument(..., help="Tenant the key gives access to."),
+    key: str = typer.Option("", help="An existing key; default: generate a new one."),
+) -> None:
+    """Print a new API key and the `<tenant>:<sha256>` line for api_keys_file (only the hash is stored)."""
+    key = key or new_key()
+    _say(f"key (give to the client, not stored): {key}")
+    _say(f"api_keys_file line: {tenant}:{hash_key(key)}")
 
 
 def main() -> None:

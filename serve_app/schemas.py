@@ -22,9 +22,29 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_JSON_DEPTH = 16
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_JSON_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max([_depth(v, level + 1) for v in value.values()], default=level + 1)
+    if isinstance(value, list):
+        return max([_depth(v, level + 1) for v in value], default=level + 1)
+    return level
+
+
 class ToolFunction(Strict):
     name: str = Field(min_length=1, max_length=256)
     arguments: str | dict[str, Any] = "{}"
+
+    @field_validator("arguments")
+    @classmethod
+    def _not_too_deep(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, dict) and _depth(value) > MAX_JSON_DEPTH:
+            raise ValueError(f"tool arguments are nested too deep (more than {MAX_JSON_DEPTH} levels)")
+        return value
 
 
 class ToolCall(Strict):

@@ -50,7 +50,15 @@ class Settings(BaseSettings):
     milvus_token: str = ""
     milvus_collection: str = "memories"
 
-    default_tenant: str = "local"
+    default_tenant: str = Field("local", description="Tenant of every request when API keys are off.")
+    api_keys: dict[str, str] = Field(
+        default_factory=dict, description="SHA-256 hex of each API key -> its tenant (see `memserve hash-key`)."
+    )
+    api_keys_file: str = Field("", description="File of '<tenant>:<sha256 hex>' lines, e.g. a mounted Secret.")
+    require_api_keys: bool = Field(False, description="Refuse to start without keys (any non-loopback deployment).")
+    rate_limit_messages_per_minute: int = Field(0, ge=0, description="Appended messages per API key and minute; 0 = unlimited.")
+    rate_limit_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant messages per minute.")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413 before parsing.")
     session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
 
     default_max_tokens: int = Field(8192, ge=256)
@@ -93,6 +101,17 @@ class Settings(BaseSettings):
     extraction_max_attempts: int = Field(
         3, ge=1, description="Invalid outputs for one span before it is skipped (counted as rejects); outages never skip."
     )
+
+    def keyring(self):
+        """The API keys of `api_keys` and `api_keys_file` together."""
+        from serve_app.core.auth import KeyRing
+
+        ring = KeyRing(self.api_keys)
+        if self.api_keys_file:
+            ring = ring.merged(KeyRing.from_file(self.api_keys_file))
+        if self.require_api_keys and not ring.enabled:
+            raise ValueError("require_api_keys is set but no API key is configured (api_keys or api_keys_file)")
+        return ring
 
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""

@@ -91,6 +91,9 @@ class SessionMemorizer:
         batch = self.settings.memorizer_batch_size
         while True:
             meta = await self.log.meta(tenant, session)
+            if meta is not None and await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
+                await self._erase(tenant, session)  # a session of a forgotten user that slipped through
+                meta = None
             if meta is None:
                 await self.log.advance_cursor(tenant, session, 0, done=True)  # drops it from pending
                 report.cursor = -1
@@ -98,15 +101,15 @@ class SessionMemorizer:
             turns = await self.log.read(tenant, session, after=meta.memorized_upto_seq, limit=batch)
             if turns:
                 report.embedded += await self._embed_turns(tenant, session, meta.user_id, turns)
-                if await self.log.meta(tenant, session) is None:
-                    # Deleted while we embedded: remove what we just wrote, leave nothing behind.
-                    await self.vectors.delete(tenant_id=tenant, session_id=session)
+                if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
+                    # Deleted or forgotten while we embedded: remove what we just wrote.
+                    await self._erase(tenant, session)
                     report.cursor = -1
                     return report
             done = len(turns) < batch
             if done:
                 if self.extracts:
-                    await self._extract(tenant, session, meta.user_id, meta.extracted_upto_seq, report)
+                    await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report)
                 report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
                 if self.summarizer.uses_llm:
                     report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
@@ -121,6 +124,13 @@ class SessionMemorizer:
             )
             if done:
                 return report
+
+    async def _gone(self, tenant: str, session: str, user: str, created_at_ms: int) -> bool:
+        return await self.log.meta(tenant, session) is None or await self.log.forgotten(tenant, user, created_at_ms)
+
+    async def _erase(self, tenant: str, session: str) -> None:
+        await self.log.delete(tenant, session)
+        await self.vectors.delete(tenant_id=tenant, session_id=session)
 
     async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> int:
         items = [t for t in turns if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
@@ -145,7 +155,9 @@ class SessionMemorizer:
         await self.vectors.upsert(rows)
         return len(rows)
 
-    async def _extract(self, tenant: str, session: str, user: str, after: int, report: MemorizeReport) -> None:
+    async def _extract(
+        self, tenant: str, session: str, user: str, created_at_ms: int, after: int, report: MemorizeReport
+    ) -> None:
         """Facts from the turns after the extraction cursor, one chunk at a time; stops at a failure."""
         assert self.llm is not None
         turns = await self.log.read(tenant, session, after=after)
@@ -186,6 +198,8 @@ class SessionMemorizer:
                     )
                     facts, rejected = [], 1
                 report.extraction_rejects += rejected
+                if await self._gone(tenant, session, user, created_at_ms):
+                    return  # deleted or forgotten while the model thought: write nothing
                 seqs = [t["seq"] for t in said]
                 for fact in facts:
                     _, changed = await self.facts.put(

@@ -230,6 +230,21 @@ class SessionLog:
         flags = ["1" if done else "0", cursor, "1" if needs_extraction else "0", "1" if needs_llm_summary else "0"]
         return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, *flags]))
 
+    @staticmethod
+    def tombstone_key(tenant: str, user: str) -> str:
+        return f"ms:{{{tenant}/u/{user}}}:forgotten"
+
+    async def set_tombstone(self, tenant: str, user: str, keep_s: int = 30 * 24 * 3600) -> int:
+        """Mark the user forgotten now; sessions created up to now must never be memorized again."""
+        stamp = now_ms()
+        await self.redis.set(self.tombstone_key(tenant, user), stamp, ex=max(keep_s, self.ttl_s))
+        return stamp
+
+    async def forgotten(self, tenant: str, user: str, created_at_ms: int) -> bool:
+        """True when the user was forgotten after this session began (it belongs to the erased past)."""
+        stamp = await self.redis.get(self.tombstone_key(tenant, user))
+        return stamp is not None and created_at_ms <= int(stamp)
+
     async def count_extraction_failure(self, tenant: str, session: str) -> int:
         """Invalid extraction outputs for the span after the extraction cursor (reset when it moves)."""
         meta_key, _, _ = self._keys(tenant, session)

@@ -158,3 +158,17 @@ async def test_output_that_never_matches_the_schema_is_skipped_after_bounded_att
     assert report.extraction_rejects == 1 and not report.extraction_failed
     assert (await stores.log.meta("local", session)).extracted_upto_seq == 1
     assert ("local", session) not in await stores.log.pending(limit=10_000)
+
+
+async def test_tombstone_stops_a_memorizer_that_is_late(stores, make):
+    """A session the forget call did not see (it raced) is erased by the memorizer, not memorized."""
+    llm = ScriptedChatClient(scripted_model)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I use Python at work."])
+    await stores.log.set_tombstone("local", user)  # forgotten after the session began
+    report = await make(llm).memorize("local", session)
+    assert report.cursor == -1
+    assert await stores.log.meta("local", session) is None
+    assert await stores.vectors.count_session("local", session) == 0
+    assert await stores.facts.get("local", user, "favorite_language") is None
+    assert llm.calls == []

@@ -9,11 +9,19 @@ import httpx
 import pytest
 
 from serve_app.cli import DEFAULT_CONFIG
+from serve_app.core.auth import hash_key
 from serve_app.embedded.launchers import free_port
 from serve_app.serving import deploy_config, load_serve_config, ray_temp_dir, start_ray
 
+# API keys of the test app: tenant "local" (what the other tests use) and two more tenants.
+KEY_LOCAL, KEY_B, KEY_SLOW = "key-local-0123456789", "key-tenant-b-0123456789", "key-slow-0123456789"
 # Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
-TEST_ARGS = {"compaction_trigger_tokens": 1000, "memorizer_sweep_interval_s": 0.2}
+TEST_ARGS = {
+    "compaction_trigger_tokens": 1000,
+    "memorizer_sweep_interval_s": 0.2,
+    "api_keys": {hash_key(KEY_LOCAL): "local", hash_key(KEY_B): "tenant-b", hash_key(KEY_SLOW): "tenant-slow"},
+    "rate_limit_overrides": {"tenant-slow": 5},
+}
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +42,7 @@ def service_url(backends, data_root) -> str:
 
 @pytest.fixture
 def client(service_url):
-    with httpx.Client(base_url=service_url, timeout=60) as c:
+    with httpx.Client(base_url=service_url, timeout=60, headers={"Authorization": f"Bearer {KEY_LOCAL}"}) as c:
         yield c
 
 

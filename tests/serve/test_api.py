@@ -11,7 +11,7 @@ from serve_app.core.compression import extract_key_items
 from serve_app.core.tokenizer import count_chat
 from serve_app.stores.session_log import SessionLog
 
-from .conftest import wait_memorized
+from .conftest import KEY_LOCAL, wait_memorized
 
 
 def _sid(prefix: str = "s") -> str:
@@ -182,7 +182,7 @@ def test_200_turn_session_fits_2048_tokens(client):
 async def _hammer(base_url: str, sid: str, user: str, clients: int, per_client: int, compressors: int):
     conflicts = 0
     done = asyncio.Event()
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {KEY_LOCAL}"}) as http:
 
         async def writer(c: int):
             for i in range(per_client):
