@@ -27,7 +27,7 @@ from serve_app import schemas
 from serve_app.core.budget import BudgetError
 from serve_app.core.ids import ID_PATTERN, direct_memory_id
 from serve_app.services.compaction import CompactionConflict, SessionNotFound
-from serve_app.services.context import build_working_memory, ms_to_datetime
+from serve_app.services.context import build_working_memory, hit_out, ms_to_datetime
 from serve_app.services.forget import forget_user
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
@@ -364,17 +364,7 @@ class Ingress:
     ) -> list[schemas.SearchHit]:
         vector = await self._embed_one(body.query)
         hits = await self.stores.vectors.search(who.tenant, user_id, vector, top_k=body.top_k, min_score=body.min_score)
-        return [
-            schemas.SearchHit(
-                id=h.id,
-                text=h.text,
-                score=h.score,
-                session_id=h.session_id,
-                seq=h.seq,
-                created_at=ms_to_datetime(h.created_at_ms),
-            )
-            for h in hits
-        ]
+        return [hit_out(h) for h in hits]
 
     async def __del__(self):
         if hasattr(self, "stores"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serve_app.core.ids import ID_PATTERN
 from serve_app.settings import BudgetShares
@@ -16,6 +16,15 @@ MAX_MESSAGES_PER_REQUEST = 100
 Role = Literal["system", "user", "assistant", "tool"]
 Category = Literal["preference", "fact", "decision", "task"]
 Id = Field(pattern=ID_PATTERN, min_length=1, max_length=128)
+
+
+def _within_content_limit(value: str) -> str:
+    if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
+        raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
+    return value
+
+
+BoundedText = Annotated[str, AfterValidator(_within_content_limit)]
 
 
 class Strict(BaseModel):
@@ -55,19 +64,12 @@ class ToolCall(Strict):
 
 class MessageIn(Strict):
     role: Role
-    content: str = ""
+    content: BoundedText = ""
     id: str | None = Field(None, pattern=ID_PATTERN, description="Client message id: a retry with the same id is stored once.")
     created_at: datetime | None = Field(None, description="When the turn happened; defaults to now.")
     name: str | None = Field(None, max_length=128)
     tool_call_id: str | None = Field(None, max_length=128)
     tool_calls: list[ToolCall] | None = Field(None, max_length=32)
-
-    @field_validator("content")
-    @classmethod
-    def _content_size(cls, value: str) -> str:
-        if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
-            raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
-        return value
 
     @field_validator("created_at")
     @classmethod
@@ -140,14 +142,7 @@ class MessagesPage(BaseModel):
 
 class ToolResultIn(Strict):
     name: str = Field("tool", max_length=128)
-    content: str
-
-    @field_validator("content")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
-            raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
-        return value
+    content: BoundedText
 
 
 class ContextRequestIn(Strict):
@@ -178,15 +173,6 @@ class ContextUsage(BaseModel):
     sections: dict[str, SectionUsage]
 
 
-class RecalledMemory(BaseModel):
-    id: str
-    text: str
-    score: float
-    session_id: str
-    seq: int
-    created_at: datetime
-
-
 class FactOut(BaseModel):
     key: str
     value: str
@@ -197,10 +183,21 @@ class FactOut(BaseModel):
     valid_to: datetime | None
 
 
+class SearchHit(BaseModel):
+    """A recalled memory, from search or inside a context."""
+
+    id: str
+    text: str
+    score: float
+    session_id: str
+    seq: int
+    created_at: datetime
+
+
 class ContextResponse(BaseModel):
     messages: list[dict[str, Any]]
     usage: ContextUsage
-    recalled: list[RecalledMemory]
+    recalled: list[SearchHit]
     facts: list[FactOut]
     summary_included: bool
     included_seqs: list[int]
@@ -255,15 +252,6 @@ class SearchRequest(Strict):
     query: str = Field(min_length=1, max_length=8192)
     top_k: int = Field(10, ge=1, le=100)
     min_score: float = Field(0.0, ge=-1, le=1)
-
-
-class SearchHit(BaseModel):
-    id: str
-    text: str
-    score: float
-    session_id: str
-    seq: int
-    created_at: datetime
 
 
 class Deleted(BaseModel):

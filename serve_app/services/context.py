@@ -17,7 +17,7 @@ from serve_app.schemas import (
     ContextResponse,
     ContextUsage,
     FactOut,
-    RecalledMemory,
+    SearchHit,
     SectionUsage,
 )
 from serve_app.services.stores import Stores
@@ -32,6 +32,17 @@ EmbedOne = Callable[[str], Awaitable[list[float]]]
 
 def ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def hit_out(hit: Hit) -> SearchHit:
+    return SearchHit(
+        id=hit.id,
+        text=hit.text,
+        score=hit.score,
+        session_id=hit.session_id,
+        seq=hit.seq,
+        created_at=ms_to_datetime(hit.created_at_ms),
+    )
 
 
 def memory_line(hit: Hit) -> str:
@@ -115,17 +126,7 @@ async def build_working_memory(
             percent_used=round(100.0 * result.total_tokens / max_tokens, 2),
             sections={k: SectionUsage(tokens=v.tokens, budget=v.budget) for k, v in result.sections.items()},
         ),
-        recalled=[
-            RecalledMemory(
-                id=h.id,
-                text=h.text,
-                score=h.score,
-                session_id=h.session_id,
-                seq=h.seq,
-                created_at=ms_to_datetime(h.created_at_ms),
-            )
-            for h in hits[: result.memories_used]
-        ],
+        recalled=[hit_out(h) for h in hits[: result.memories_used]],
         facts=[fact_out(f) for f in facts[: result.facts_used]],
         summary_included=result.sections["summary"].tokens > 0,
         included_seqs=result.included_seqs,
