@@ -146,6 +146,7 @@ def plot(rows: list[Row], path: Path) -> None:
     axes[0].legend()
     axes[1].set_ylim(0, 1.05)
     axes[1].set_title("key-fact retention")
+    axes[1].tick_params(axis="x", labelrotation=35, labelsize=8)
     fig.tight_layout()
     fig.savefig(path)
 
