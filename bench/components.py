@@ -86,6 +86,7 @@ async def run(args) -> dict:
                     for i in range(start, min(count, start + 1000))
                 ]
                 await vectors.upsert(rows)
+        await vectors.flush()  # as the memorizer does on its timer
 
         session = "bench-" + uuid.uuid4().hex[:6]
         await log.append("local", session, user, [{"role": "user", "content": f"warm-up turn {i}"} for i in range(50)])

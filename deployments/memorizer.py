@@ -90,6 +90,8 @@ class Memorizer:
         self.again: set[tuple[str, str]] = set()
         self.not_before: dict[tuple[str, str], tuple[float, float]] = {}  # retry backoff per session
         self.metrics = _Metrics()
+        self.unflushed = False
+        self.last_flush = time.monotonic()
         self.sweeper = asyncio.create_task(self._sweep_forever())
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -112,6 +114,7 @@ class Memorizer:
                 self.again.discard(key)
                 report = await self.logic.memorize(*key, on_conflict=self.metrics.conflicts.inc)
                 self.metrics.report(report)
+                self.unflushed = self.unflushed or report.embedded > 0
                 if key not in self.again:
                     break
             llm_trouble = report.extraction_failed or (report.compaction and report.compaction.degraded) or report.redone is False
@@ -158,8 +161,18 @@ class Memorizer:
                     key = (tenant, session)
                     if key not in self.running and self.not_before.get(key, (0.0, 0.0))[0] <= now:
                         self._schedule(tenant, session)
+                await self._flush_if_due(now)
             except Exception:
                 logger.exception("memorizer sweep failed; retrying next interval")
+
+    async def _flush_if_due(self, now: float) -> None:
+        interval = self.settings.milvus_flush_interval_s
+        elapsed = now - self.last_flush
+        # Also now and then when idle: memories added directly by the ingress need sealing too.
+        if interval and ((self.unflushed and elapsed >= interval) or elapsed >= 15 * interval):
+            self.unflushed = False
+            self.last_flush = now
+            await self.stores.vectors.flush()
 
     async def check_health(self) -> None:
         if self.sweeper.done():

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     )
     milvus_token: str = ""
     milvus_collection: str = "memories"
+    milvus_flush_interval_s: float = Field(
+        2.0, ge=0, description="Memorizer flushes new vectors this often (Milvus Lite searches unflushed rows slowly); 0 = off."
+    )
 
     default_tenant: str = Field("local", description="Tenant of every request when API keys are off.")
     api_keys: dict[str, str] = Field(

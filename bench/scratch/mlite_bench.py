@@ -90,11 +90,12 @@ def schema(partition_key: bool, bm25: bool = False):
     return s
 
 
-def create(c: MilvusClient, name, partition_key=True, index_type="AUTOINDEX", params=None, bm25=False, scalar_inverted=False):
+def create(c: MilvusClient, name, partition_key=True, index_type="AUTOINDEX", params=None, bm25=False, scalar_inverted=False,
+           metric="COSINE"):
     if c.has_collection(name):
         c.drop_collection(name)
     ip = c.prepare_index_params()
-    ip.add_index(field_name="vector", index_type=index_type, metric_type="COSINE", params=params or {})
+    ip.add_index(field_name="vector", index_type=index_type, metric_type=metric, params=params or {})
     if bm25:
         ip.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     if scalar_inverted:
@@ -130,16 +131,16 @@ def check(hits, qv, myvecs, only_id):
         ok = all(h["entity"]["user_id"] == ME and h["entity"]["tenant_id"] == TENANT and h["id"].startswith(ME + ":")
                  for h in hits)
     exact = np.argsort(-(myvecs @ qv))[:10]
-    truth = {f"{ME}:{i}" for i in exact}
+    truth = {(f"{ME}:{i}" if i < ROWS else f"{ME}:new{i - ROWS}") for i in exact}
     return ok, len(truth & set(ids)) / 10.0
 
 
 def bench(c, name, label, myvecs, *, filt=FILT, out=OUT_ALL, partition_names=None, search_params=None,
-          n=N_SEARCH, extra=None):
+          n=N_SEARCH, extra=None, metric="COSINE"):
     rng = np.random.default_rng(123)
     qs = rand_vecs(rng, n + 3)
     lat, oks, recs = [], [], []
-    sp = {"metric_type": "COSINE"}
+    sp = {"metric_type": metric}
     if search_params:
         sp["params"] = search_params
     kw = dict(extra or {})
@@ -190,7 +191,7 @@ def bench_two_step(c, name, label, myvecs, partition_names=None, n=N_SEARCH):
     log(f"  {label:70s} p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms  mine={row['only_my_rows']} recall={row['recall@10']}")
 
 
-async def bench_async(name, label, myvecs, partition_names=None, n=N_SEARCH):
+async def bench_async(name, label, myvecs, partition_names=None, n=N_SEARCH, metric=None):
     ac = AsyncMilvusClient(uri=URI)
     rng = np.random.default_rng(123)
     qs = rand_vecs(rng, n + 3)
@@ -199,7 +200,7 @@ async def bench_async(name, label, myvecs, partition_names=None, n=N_SEARCH):
     for i, q in enumerate(qs):
         t = time.perf_counter()
         res = await ac.search(name, data=[q.tolist()], limit=10, filter=FILT, output_fields=OUT_ALL,
-                              search_params={"metric_type": "COSINE"}, **kw)
+                              search_params={"metric_type": metric} if metric else {}, **kw)
         dt = time.perf_counter() - t
         if i < 3:
             continue
@@ -214,8 +215,24 @@ async def bench_async(name, label, myvecs, partition_names=None, n=N_SEARCH):
     log(f"  {label:70s} p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms  mine={row['only_my_rows']} recall={row['recall@10']}")
 
 
+def _cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+
 def wait_indexed(seconds=5):
-    time.sleep(seconds)
+    """Wait until the server's background index build is done (server CPU idle for 1.5 s)."""
+    pid = int(open("/work/main/bench/scratch/server.pid").read())
+    t0 = time.perf_counter()
+    time.sleep(0.5)
+    idle = 0.0
+    last = _cpu(pid)
+    while idle < 1.5 and time.perf_counter() - t0 < 300:
+        time.sleep(0.5)
+        cur = _cpu(pid)
+        idle = idle + 0.5 if cur - last <= 2 else 0.0
+        last = cur
+    log(f"  waited {time.perf_counter() - t0:.1f}s for background index build")
 
 
 def flush(c, name):
@@ -242,10 +259,10 @@ def main():
         create(c, name)
         insert(c, name, data)
         log("[partition key, AUTOINDEX, growing (memtable) segment]")
-        bench(c, name, "pkey growing: tenant+user filter, all fields", myvecs, n=15)
-        bench(c, name, "pkey growing: user filter only", myvecs, filt=FILT_USER, n=15)
-        bench(c, name, "pkey growing: output id only", myvecs, out=["id"], n=15)
-        bench(c, name, "pkey growing: no filter (index-only, WRONG rows)", myvecs, filt=None, out=["id"], n=15)
+        bench(c, name, "pkey growing: tenant+user filter, all fields", myvecs, n=8)
+        bench(c, name, "pkey growing: user filter only", myvecs, filt=FILT_USER, n=8)
+        bench(c, name, "pkey growing: output id only", myvecs, out=["id"], n=8)
+        bench(c, name, "pkey growing: no filter (index-only, WRONG rows)", myvecs, filt=None, out=["id"], n=8)
         flush(c, name)
         wait_indexed(8)
         log("[partition key, AUTOINDEX(=HNSW M16 ef64), flushed/sealed]")
@@ -296,7 +313,7 @@ def main():
         create(c, name, partition_key=False)
         insert(c, name, data, per_partition=True)
         log("[explicit partition per user, AUTOINDEX]")
-        bench(c, name, "partitions growing: partition_names=[user] + filter", myvecs, partition_names=[ME], n=15)
+        bench(c, name, "partitions growing: partition_names=[user] + filter", myvecs, partition_names=[ME], n=8)
         flush(c, name)
         wait_indexed(8)
         bench(c, name, "partitions sealed: partition_names=[user] + tenant+user filter", myvecs, partition_names=[ME])
@@ -344,6 +361,122 @@ def main():
         bench(c, name, "collection per user sealed: tenant+user filter", myvecs)
         for u in [ME] + OTHERS:
             c.drop_collection("user_" + u.replace("-", "_"))
+
+    elif STAGE == "reco":
+        P = [ME]
+        for label, itype, metric, params, sparams_list in [
+            ("FLAT COSINE", "FLAT", "COSINE", {}, [None]),
+            ("FLAT IP", "FLAT", "IP", {}, [None]),
+            ("HNSW COSINE M16 efC200", "HNSW", "COSINE", {"M": 16, "efConstruction": 200}, [{"ef": 64}, {"ef": 128}, {"ef": 256}, {"ef": 512}]),
+        ]:
+            name = "reco_" + itype.lower() + metric.lower()
+            create(c, name, partition_key=False, index_type=itype, params=params, metric=metric)
+            insert(c, name, data, per_partition=True)
+            flush(c, name)
+            wait_indexed()
+            for sp in sparams_list:
+                bench(c, name, f"partitions sealed {label} {sp or ''}: partition_names + filter, all fields", myvecs,
+                      partition_names=P, search_params=sp, metric=metric)
+            if itype == "FLAT" and metric == "IP":
+                asyncio.run(bench_async(name, "partitions sealed FLAT IP: AsyncMilvusClient", myvecs, partition_names=P))
+                # growing tail
+                rng = np.random.default_rng(7)
+                for k, (mine_n, other_n) in enumerate([(100, 400), (300, 1200)]):
+                    ev = rand_vecs(rng, mine_n)
+                    recs = []
+                    for i in range(mine_n):
+                        r = dict(data[ME][1][0]); r.update(id=f"{ME}:new{k}_{i}", vector=ev[i].tolist(), seq=100000 + i)
+                        recs.append(r)
+                    c.insert(name, recs, partition_name=ME)
+                    for u in OTHERS:
+                        orecs = []
+                        for i in range(other_n // 4):
+                            r = dict(data[u][1][0]); r.update(id=f"{u}:new{k}_{i}", vector=rand_vecs(rng, 1)[0].tolist())
+                            orecs.append(r)
+                        c.insert(name, orecs, partition_name=u)
+                    bench(c, name, f"  + growing (unflushed) rows: cumulative mine={[100,400][k]} others={[400,1600][k]}",
+                          myvecs, partition_names=P, metric=metric, n=20)
+                flush(c, name)
+                wait_indexed()
+                bench(c, name, "  after flush again (2 segments in my partition)", myvecs, partition_names=P, metric=metric)
+            c.drop_collection(name)
+        # pkey + FLAT IP for comparison
+        name = "reco_pk_flatip"
+        create(c, name, partition_key=True, index_type="FLAT", metric="IP")
+        insert(c, name, data)
+        flush(c, name)
+        wait_indexed()
+        bench(c, name, "pkey sealed FLAT IP: filter only", myvecs, metric="IP")
+        c.drop_collection(name)
+
+    elif STAGE == "manyflush":
+        # realistic ingestion: small batches, flush after each batch -> many small segments + compaction
+        name = "mf"
+        create(c, name, partition_key=False, index_type="FLAT", metric="IP")
+        for u in [ME] + OTHERS:
+            c.create_partition(name, u)
+        t = time.perf_counter()
+        nflush = 0
+        B = 200
+        for i in range(0, ROWS, B):
+            for u in [ME] + OTHERS:
+                c.insert(name, data[u][1][i:i + B], partition_name=u)
+            c.flush(name)
+            nflush += 1
+        log(f"  inserted with {nflush} flushes (every {5 * B} rows) in {time.perf_counter() - t:.1f}s")
+        wait_indexed()
+        import glob
+        d = open("/work/main/bench/scratch/server.info").read().split()[0]
+        files = glob.glob(f"{d}/**/partitions/{ME}/**/data_*.parquet", recursive=True)
+        log(f"  data files in my partition dir: {len(files)}")
+        bench(c, name, f"partitions FLAT IP, flushed every {B} rows/user ({len(files)} files in partition)", myvecs,
+              partition_names=[ME], metric="IP")
+        c.drop_collection(name)
+
+    elif STAGE == "final":
+        cols = [
+            ("f_base", dict(partition_key=True), False, "COSINE", "baseline: pkey AUTOINDEX(HNSW) COSINE, filter only", [None]),
+            ("f_pflatip", dict(partition_key=False, index_type="FLAT", metric="IP"), True, "IP",
+             "partitions/user FLAT IP, partition_names+filter", [None]),
+            ("f_pflatcos", dict(partition_key=False, index_type="FLAT", metric="COSINE"), True, "COSINE",
+             "partitions/user FLAT COSINE, partition_names+filter", [None]),
+            ("f_phnsw", dict(partition_key=False, index_type="HNSW", params={"M": 16, "efConstruction": 200}, metric="COSINE"),
+             True, "COSINE", "partitions/user HNSW COSINE M16, partition_names+filter", [{"ef": 64}, {"ef": 512}]),
+        ]
+        for name, kw, pp, metric, label, sps in cols:
+            create(c, name, **kw)
+            insert(c, name, data, per_partition=pp)
+            flush(c, name)
+        wait_indexed()
+        for rnd in range(2):
+            for name, kw, pp, metric, label, sps in cols:
+                for sp in sps:
+                    bench(c, name, f"r{rnd} sealed {label} {sp or ''}", myvecs, partition_names=[ME] if pp else None,
+                          metric=metric, search_params=sp, n=60)
+        asyncio.run(bench_async("f_pflatip", "sealed partitions/user FLAT IP: AsyncMilvusClient", myvecs, partition_names=[ME]))
+        for name, *_ in cols:
+            c.drop_collection(name)
+
+    elif STAGE == "loop":
+        name = "loop"
+        import os
+        itype = os.environ.get("LOOP_INDEX", "AUTOINDEX")
+        metric = os.environ.get("LOOP_METRIC", "COSINE")
+        per_part = os.environ.get("LOOP_PARTS") == "1"
+        create(c, name, partition_key=not per_part, index_type=itype, metric=metric)
+        insert(c, name, data, per_partition=per_part)
+        flush(c, name)
+        wait_indexed()
+        open("/tmp/mlite_loop_ready", "w").close()
+        t0 = time.perf_counter()
+        q = rand_vecs(np.random.default_rng(1), 1)[0].tolist()
+        n = 0
+        while time.perf_counter() - t0 < 15:
+            c.search(name, data=[q], limit=10, filter=FILT, output_fields=OUT_ALL, search_params={"metric_type": metric},
+                     partition_names=[ME] if per_part else None)
+            n += 1
+        log(f"  {n} searches in 15s")
+        c.drop_collection(name)
 
     elif STAGE == "bm25":
         name = "bm"
