@@ -77,6 +77,8 @@ def up(
     os.environ[DATA_DIR_MARKER] = str(data_dir)  # inherited by every child: `down` finds them by it
 
     stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop_handler(stop))
 
     backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port))
     try:
@@ -97,10 +99,11 @@ def up(
                 _say(f"{var:<13} {os.environ.get(var, '(default)')}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         start_ray(ray_temp_dir(data_dir), metrics_port=metrics_port or None)
-        deploy_config(serve_config)
-        # Installed after ray.init, which sets its own SIGTERM handler that would skip our cleanup.
+        # Again after ray.init, which sets its own SIGTERM handler that would skip our cleanup;
+        # before the deploy, so a signal while it deploys also stops everything cleanly.
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, _stop_handler(stop))
+        deploy_config(serve_config)
         http = serve_config.http_options
         _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
         if metrics_port:
@@ -108,13 +111,29 @@ def up(
         _say(f"ready in {time.monotonic() - started:.1f}s; Ctrl-C or `memserve down --data-dir {data_dir}` stops it")
         while not stop.wait(1.0):
             pass
-        _say("stopping…")
+    except _StopRequested:
+        pass
     finally:
+        _say("stopping…")
         _shutdown_ray()
         backends.stop()
         pid_file.unlink(missing_ok=True)
         (run_dir / "backends.json").unlink(missing_ok=True)
         _say("stopped")
+
+
+class _StopRequested(Exception):
+    """Raised in the main thread by SIGINT/SIGTERM to leave whatever `up` was waiting on."""
+
+
+def _stop_handler(stop: threading.Event):
+    def handle(signum, frame) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the cleanup
+        stop.set()
+        raise _StopRequested()
+
+    return handle
 
 
 def _shutdown_ray() -> None:

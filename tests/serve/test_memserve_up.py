@@ -115,3 +115,20 @@ def test_restart_on_same_data_dir_finds_everything(up):
     up.process.wait(30)
     assert _leftovers(up.data_dir) == []
     print(f"\nmemserve up start-up: first {first_start:.1f}s, restart {second_start:.1f}s")
+
+
+def test_sigterm_while_starting_leaves_nothing_behind(up):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")}
+    argv = [
+        sys.executable, "-m", "serve_app.cli", "up", "--data-dir", str(up.data_dir), "--port", str(up.port),
+        "--metrics-port", "0", "--redis-port", up.ports[0], "--postgres-port", up.ports[1], "--milvus-port", up.ports[2],
+    ]  # fmt: skip
+    with open(up.log, "ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 120
+    while "Deploying new app" not in up.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)  # signal it while Serve is still deploying
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(90) == 0
+    assert "stopped" in up.log.read_text()
+    assert _leftovers(up.data_dir) == []
