@@ -158,6 +158,7 @@ class Ingress:
         app.state.keyring = self.settings.keyring()
         app.state.default_tenant = self.settings.default_tenant
         app.state.max_body_bytes = self.settings.max_body_bytes
+        logger.info("ingress settings: %s", self.settings.redacted())
         self.pokes: set[asyncio.Task] = set()
         self.context_tokens = metrics.Histogram(
             "memserve_context_tokens",

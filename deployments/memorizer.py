@@ -139,11 +139,6 @@ class Memorizer:
         """Start work for a session and return at once."""
         self._schedule(tenant, session)
 
-    async def memorize_now(self, tenant: str, session: str) -> int:
-        """Bring a session up to date and return its cursor (tests, admin tools)."""
-        report = await asyncio.shield(self._schedule(tenant, session))
-        return report.cursor if report else -1
-
     async def compress(self, tenant: str, session: str) -> dict:
         """Compact now (the API's /compress), with the configured summarizer."""
         outcome = await self.logic.compact(tenant, session, force=True, on_conflict=self.metrics.conflicts.inc)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
@@ -183,8 +182,3 @@ class FactStore:
         """Erase every row of the user, history included (right to be forgotten); returns the count."""
         status = await self.pool.execute("DELETE FROM facts WHERE tenant_id=$1 AND user_id=$2", tenant, user)
         return int(status.split()[-1])
-
-    async def stats(self) -> dict[str, Any]:
-        return dict(
-            await self.pool.fetchrow("SELECT count(*) AS rows, count(*) FILTER (WHERE valid_to IS NULL) AS current FROM facts")
-        )

@@ -7,7 +7,6 @@ plus memories added directly. The user id is the partition key. Every filter goe
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from dataclasses import dataclass
@@ -188,11 +187,6 @@ class VectorStore:
         )
         return sorted(rows, key=lambda r: (r["created_at"], r["session_id"], r["seq"]))
 
-    async def get(self, tenant: str, user: str, ids: list[str]) -> list[dict[str, Any]]:
-        return await self.client.query(
-            self.collection, filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids), output_fields=OUTPUT_FIELDS
-        )
-
     async def count_session(self, tenant: str, session: str) -> int:
         rows = await self.client.query(
             self.collection, filter=milvus_filter(tenant_id=tenant, session_id=session), output_fields=["id"], limit=16384
@@ -206,14 +200,3 @@ class VectorStore:
         if isinstance(result, list):  # Milvus Lite answers with the deleted primary keys
             return len(result)
         return int(getattr(result, "delete_count", 0) or 0)
-
-    async def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            try:
-                await self.ping()
-                return
-            except Exception:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
