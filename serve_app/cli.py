@@ -58,7 +58,7 @@ def up(
         raise typer.Exit(2) from exc
     try:
         keyring = Settings(**serve_config.applications[0].args).keyring()
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # bad settings, a missing or malformed key file
         _say(f"error: {exc}")
         raise typer.Exit(2) from exc
     if not is_loopback(host) and not keyring.enabled:
