@@ -10,7 +10,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel
@@ -22,8 +22,6 @@ class ConfigError(ValueError):
 
 def _unknown_keys(model: type[BaseModel], data: Any, where: str) -> list[str]:
     """Keys of `data` that `model` (recursively) does not define."""
-    import typing
-
     if not isinstance(data, dict):
         return []
     problems = []
@@ -33,7 +31,7 @@ def _unknown_keys(model: type[BaseModel], data: Any, where: str) -> list[str]:
         if field is None:
             problems.append(f"{where}.{key}")
             continue
-        for candidate in _models_in(field.annotation, typing):
+        for candidate in _models_in(field.annotation):
             if isinstance(value, list):
                 for i, item in enumerate(value):
                     problems += _unknown_keys(candidate, item, f"{where}.{key}[{i}]")
@@ -42,12 +40,12 @@ def _unknown_keys(model: type[BaseModel], data: Any, where: str) -> list[str]:
     return problems
 
 
-def _models_in(annotation: Any, typing) -> list[type[BaseModel]]:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found = []
-    for arg in typing.get_args(annotation):
-        found += _models_in(arg, typing)
+    for arg in get_args(annotation):
+        found += _models_in(arg)
     return found
 
 
