@@ -25,9 +25,20 @@ from serve_app.core.compression import SummaryState, extractive_summary, plan_co
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.services.compaction import history_tokens
+from serve_app.services.encoder import TextEncoder
+from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
+from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import MemoryRow, VectorStore
+
+# Stemmed-looking words for the keyword index: frequencies vary, like a real conversation's.
+_VOCABULARY = (
+    "order,invoic,ship,deliveri,refund,account,password,meet,calendar,project,deadlin,budget,report,team,"
+    "travel,flight,hotel,book,restaur,dinner,famili,kid,school,paint,music,guitar,concert,run,marathon,yoga,"
+    "doctor,appoint,medicin,garden,plant,dog,cat,puppi,adopt,beach,camp,hike,mountain,lake,photo,friend,"
+    "birthday,parti,gift,cake,job,interview,promot,salari,car,repair,insur,bank,loan,rent,apart,move,citi"
+)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -51,10 +62,6 @@ def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
 
 
 async def run(args) -> dict:
-    from sentence_transformers import SentenceTransformer
-
-    from deployments.embedder import bundled_model_path
-
     data = Path(tempfile.mkdtemp(prefix="memserve-bench-"))
     backends = EmbeddedBackends(data, Ports.free()).start()
     try:
@@ -62,7 +69,9 @@ async def run(args) -> dict:
         log = SessionLog(env["REDIS_URL"], 3600)
         facts = await FactStore.connect(env["POSTGRES_DSN"])
         vectors = await asyncio.to_thread(VectorStore, env["MILVUS_URI"], "bench", 384)
-        model = SentenceTransformer(bundled_model_path(), device="cpu")
+        keywords = KeywordIndex(facts.pool)
+        encoder = TextEncoder(threads=1, int8=Settings().embedding_int8)  # as the ingress embeds queries
+        words = [t.split()[0] for t in _VOCABULARY.split(",")]
 
         user = "bench-user"
         print(f"loading {args.memories} memories for {user} and {args.other_users} x {args.memories // 4} for others…")
@@ -79,13 +88,14 @@ async def run(args) -> dict:
                         i,
                         "user",
                         "turn",
-                        f"memory {i} of {owner}",
+                        " ".join(words[(i * 7 + j * 13) % len(words)] for j in range(12)),
                         i,
                         vecs[i].tolist(),
                     )
                     for i in range(start, min(count, start + 1000))
                 ]
                 await vectors.upsert(rows)
+                await keywords.upsert(rows)
         await vectors.flush()  # as the memorizer does on its timer
 
         session = "bench-" + uuid.uuid4().hex[:6]
@@ -115,13 +125,14 @@ async def run(args) -> dict:
                 ),
             ),
             f"vector recall ({args.memories} for user)": await timed(
-                "vector recall", n, lambda i: vectors.search("local", user, queries[i].tolist(), top_k=10, min_score=0.0)
+                "vector recall", n, lambda i: vectors.search_dense("local", user, queries[i].tolist(), limit=10)
+            ),
+            f"keyword recall (BM25, {args.memories} for user)": await timed(
+                "keyword recall", n, lambda i: keywords.search("local", user, " ".join(words[i % 50 : i % 50 + 4]), limit=50)
             ),
             "fact store": await timed("fact store", n, lambda i: facts.put("local", user, f"k{i % 50}", f"v{i}", "fact")),
             "fact query (current)": await timed("fact query", n, lambda i: facts.current("local", user)),
-            "query embedding (batch 1)": await timed(
-                "embedding", n, lambda i: asyncio.to_thread(model.encode, [f"where is order {i}?"], normalize_embeddings=True)
-            ),
+            "query embedding (batch 1)": await timed("embedding", n, lambda i: encoder.encode_one(f"where is order {i}?")),
         }
 
         async def compress(_: int) -> None:

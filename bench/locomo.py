@@ -19,29 +19,14 @@ import statistics
 import time
 import uuid
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 from tqdm import tqdm
 
+from bench.locomo_data import CATEGORIES, parse_date, session_numbers, turn_content
+
 KS = (1, 5, 10, 20)
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-
-
-def session_numbers(conversation: dict) -> list[int]:
-    return sorted(int(m.group(1)) for key in conversation if (m := re.fullmatch(r"session_(\d+)", key)))
-
-
-def parse_date(text: str) -> datetime:
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
-
-
-def turn_content(turn: dict) -> str:
-    content = f"{turn['speaker']}: {turn['text']}"
-    if turn.get("blip_caption"):
-        content += f" [shares a photo: {turn['blip_caption']}]"
-    return content
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -83,9 +83,7 @@ class Memorizer:
         self.embedder = embedder
         self.stores = await Stores.connect(self.settings)
         self.llm = make_llm_client(self.settings, llm)
-        self.logic = SessionMemorizer(
-            self.stores.log, self.stores.vectors, self.stores.facts, self._embed, self.settings, self.llm
-        )
+        self.logic = SessionMemorizer(self.stores, self._embed, self.settings, self.llm)
         self.running: dict[tuple[str, str], asyncio.Task] = {}
         self.again: set[tuple[str, str]] = set()
         self.not_before: dict[tuple[str, str], tuple[float, float]] = {}  # retry backoff per session

@@ -251,7 +251,9 @@ class MemoryOut(BaseModel):
 class SearchRequest(Strict):
     query: str = Field(min_length=1, max_length=8192)
     top_k: int = Field(10, ge=1, le=100)
-    min_score: float = Field(0.0, ge=-1, le=1)
+    min_score: float | None = Field(
+        None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."
+    )
 
 
 class Deleted(BaseModel):

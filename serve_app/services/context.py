@@ -20,6 +20,7 @@ from serve_app.schemas import (
     SearchHit,
     SectionUsage,
 )
+from serve_app.services.recall import recall
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
 from serve_app.stores.facts import Fact
@@ -75,15 +76,23 @@ async def build_working_memory(
         return meta, await stores.log.read(tenant, req.session_id, after=meta.covers_upto_seq)
 
     async def recall_part() -> list[Hit]:
-        if not req.query.strip() or top_k == 0:
-            return []
         try:
-            vector = await embed_one(req.query)
-            return await stores.vectors.search(tenant, req.user_id, vector, top_k=top_k + 8, min_score=min_score)
+            found = await recall(
+                stores,
+                embed_one,
+                tenant,
+                req.user_id,
+                req.query,
+                top_k=top_k + 8 if top_k else 0,  # room for the session's own turns dropped below
+                settings=settings,
+                min_score=min_score,
+            )
         except Exception as exc:
             logger.warning("recall unavailable: %r", exc)
             degraded.append("recall_unavailable")
             return []
+        degraded.extend(found.degraded)
+        return found.hits
 
     async def facts_part() -> list[Fact]:
         try:

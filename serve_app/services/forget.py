@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from serve_app.services.memories import delete_memories
 from serve_app.services.stores import Stores
 
 
 async def forget_user(stores: Stores, tenant: str, user: str) -> dict[str, int]:
-    """Delete the user's sessions, vectors and facts; returns what was removed from each store.
+    """Delete the user's sessions, vectors, keyword index entries and facts; returns what was removed from each store.
 
     The tombstone goes first: a memorizer that read a session before this call checks it before
     writing, and deletes what it wrote if the tombstone appeared meanwhile.
@@ -16,7 +17,7 @@ async def forget_user(stores: Stores, tenant: str, user: str) -> dict[str, int]:
     removed_sessions = 0
     for session in sessions:
         removed_sessions += int(await stores.log.delete(tenant, session))
-    vectors = await stores.vectors.delete(tenant_id=tenant, user_id=user)
+    memories = await delete_memories(stores, tenant, user=user)
     facts = await stores.facts.forget(tenant, user)
     await stores.log.redis.delete(stores.log.user_sessions_key(tenant, user))
-    return {"sessions": removed_sessions, "vectors": vectors, "facts": facts}
+    return {"sessions": removed_sessions, **memories, "facts": facts}

@@ -11,21 +11,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 from serve_app.core.ids import turn_memory_id
+from serve_app.core.keywords import memory_keywords
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import CompactionOutcome, compact_session, redo_degraded
+from serve_app.services.memories import delete_memories, save_memories
+from serve_app.services.stores import Stores
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
-from serve_app.stores.facts import FactStore
-from serve_app.stores.session_log import SessionLog
-from serve_app.stores.vectors import MemoryRow, VectorStore
+from serve_app.stores.vectors import MemoryRow
 
 logger = logging.getLogger("ray.serve")
 Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
 MEMORIZED_ROLES = ("user", "assistant")
+
+
+def _said(turn: dict) -> bool:
+    return turn["role"] in MEMORIZED_ROLES and bool((turn.get("content") or "").strip())
 
 
 def created_ms(turn: dict) -> int:
@@ -50,18 +55,11 @@ class MemorizeReport:
 
 
 class SessionMemorizer:
-    def __init__(
-        self,
-        log: SessionLog,
-        vectors: VectorStore,
-        facts: FactStore,
-        embed: Embed,
-        settings: Settings,
-        llm: ChatClient | None = None,
-    ):
-        self.log = log
-        self.vectors = vectors
-        self.facts = facts
+    def __init__(self, stores: Stores, embed: Embed, settings: Settings, llm: ChatClient | None = None):
+        self.stores = stores
+        self.log = stores.log
+        self.vectors = stores.vectors
+        self.facts = stores.facts
         self.embed = embed
         self.settings = settings
         self.llm = llm
@@ -130,30 +128,51 @@ class SessionMemorizer:
 
     async def _erase(self, tenant: str, session: str) -> None:
         await self.log.delete(tenant, session)
-        await self.vectors.delete(tenant_id=tenant, session_id=session)
+        await delete_memories(self.stores, tenant, session=session)
 
     async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> int:
-        items = [t for t in turns if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
+        items = [t for t in turns if _said(t)]
         if not items:
             return 0
         vectors = await self.embed([t["content"] for t in items])
-        rows = [
-            MemoryRow(
-                id=turn_memory_id(tenant, session, t["seq"]),
-                tenant_id=tenant,
-                user_id=user,
-                session_id=session,
-                seq=t["seq"],
-                role=t["role"],
-                kind="turn",
-                text=t["content"],
-                created_at_ms=created_ms(t),
-                vector=vector,
+        context = await self._turns_before(tenant, session, turns[0]["seq"])
+        rows = []
+        for turn, vector in zip(items, vectors, strict=True):
+            when = created_ms(turn)
+            rows.append(
+                MemoryRow(
+                    id=turn_memory_id(tenant, session, turn["seq"]),
+                    tenant_id=tenant,
+                    user_id=user,
+                    session_id=session,
+                    seq=turn["seq"],
+                    role=turn["role"],
+                    kind="turn",
+                    text=turn["content"],
+                    created_at_ms=when,
+                    vector=vector,
+                    keywords=memory_keywords(
+                        turn["content"],
+                        before=[t["content"] for t in context[-self.settings.recall_keyword_context_turns :]]
+                        if self.settings.recall_keyword_context_turns
+                        else [],
+                        day=datetime.fromtimestamp(when / 1000, tz=timezone.utc).date() if when else None,
+                        weight=self.settings.recall_keyword_self_weight,
+                    ),
+                )
             )
-            for t, vector in zip(items, vectors, strict=True)
-        ]
-        await self.vectors.upsert(rows)
+            context.append(turn)
+        await save_memories(self.stores, rows)
         return len(rows)
+
+    async def _turns_before(self, tenant: str, session: str, seq: int) -> list[dict]:
+        """The said turns just before `seq` that index a memory's keywords with their context."""
+        wanted = self.settings.recall_keyword_context_turns
+        if not wanted or seq <= 1:
+            return []
+        window = 4 * wanted  # tool messages in between do not count
+        earlier = await self.log.read(tenant, session, after=max(0, seq - 1 - window), limit=min(window, seq - 1))
+        return [t for t in earlier if _said(t) and t["seq"] < seq][-wanted:]
 
     async def _extract(
         self, tenant: str, session: str, user: str, created_at_ms: int, after: int, report: MemorizeReport
@@ -164,7 +183,7 @@ class SessionMemorizer:
         if not turns:
             return
         for chunk in chunk_span(turns, self.settings.llm_input_tokens):
-            said = [t for t in chunk if t["role"] in MEMORIZED_ROLES and (t.get("content") or "").strip()]
+            said = [t for t in chunk if _said(t)]
             if said:
                 known = [(f.key, f.value) for f in await self.facts.current(tenant, user)]
                 call = ChatCall(

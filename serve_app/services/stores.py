@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
+from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import VectorStore
 
@@ -16,15 +17,21 @@ class Stores:
     log: SessionLog
     facts: FactStore
     vectors: VectorStore
+    keywords: KeywordIndex
 
     @classmethod
     async def connect(cls, settings: Settings) -> Stores:
         log = SessionLog(settings.redis_url, settings.session_ttl_s)
         facts = await FactStore.connect(settings.postgres_dsn)
         vectors = await asyncio.to_thread(
-            VectorStore, settings.milvus_uri, settings.milvus_collection, settings.embedding_dim, settings.milvus_token
+            VectorStore,
+            settings.milvus_uri,
+            settings.milvus_collection,
+            settings.embedding_dim,
+            settings.milvus_token,
+            settings.milvus_partitions,
         )
-        return cls(log, facts, vectors)
+        return cls(log, facts, vectors, KeywordIndex(facts.pool))
 
     async def close(self) -> None:
         await asyncio.gather(self.log.close(), self.facts.close(), self.vectors.close(), return_exceptions=True)

@@ -11,32 +11,9 @@ from datetime import datetime
 
 import asyncpg
 
+from serve_app.stores.pg_schema import migrate
+
 CATEGORIES = ("preference", "fact", "decision", "task")
-
-# Append-only list: a released migration is never edited, only followed by a new one.
-MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (
-        1,
-        """
-        CREATE TABLE facts (
-            id           BIGSERIAL PRIMARY KEY,
-            tenant_id    TEXT NOT NULL,
-            user_id      TEXT NOT NULL,
-            key          TEXT NOT NULL,
-            value        TEXT NOT NULL,
-            category     TEXT NOT NULL CHECK (category IN ('preference', 'fact', 'decision', 'task')),
-            source_session TEXT,
-            source_seqs  BIGINT[] NOT NULL DEFAULT '{}',
-            valid_from   TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-            valid_to     TIMESTAMPTZ
-        );
-        CREATE UNIQUE INDEX facts_one_current ON facts (tenant_id, user_id, key) WHERE valid_to IS NULL;
-        CREATE INDEX facts_history ON facts (tenant_id, user_id, key, valid_from);
-        """,
-    ),
-)
-
-_MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once
 
 
 @dataclass
@@ -60,27 +37,6 @@ class Fact:
             valid_from=row["valid_from"],
             valid_to=row["valid_to"],
         )
-
-
-async def migrate(pool: asyncpg.Pool) -> int:
-    """Apply pending migrations in order, each in its own transaction; returns the schema version."""
-    async with pool.acquire() as conn:
-        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-        try:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-            for version, sql in MIGRATIONS:
-                if version in applied:
-                    continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
-            return max([v for v, _ in MIGRATIONS] + list(applied))
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
 
 _COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to"

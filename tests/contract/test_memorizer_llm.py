@@ -20,7 +20,7 @@ def embed():
     """The real bundled all-MiniLM-L6-v2, in process."""
     from sentence_transformers import SentenceTransformer
 
-    from deployments.embedder import bundled_model_path
+    from serve_app.services.encoder import bundled_model_path
 
     model = SentenceTransformer(bundled_model_path(), device="cpu")
 
@@ -54,7 +54,7 @@ async def stores(backends):
 def make(stores, embed):
     def memorizer(llm) -> SessionMemorizer:
         settings = Settings(compaction_trigger_tokens=64, compaction_keep_rounds=2, milvus_collection="memorizer_llm")
-        return SessionMemorizer(stores.log, stores.vectors, stores.facts, embed, settings, llm)
+        return SessionMemorizer(stores, embed, settings, llm)
 
     return memorizer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from serve_app.core.ids import turn_memory_id
-from serve_app.stores.vectors import MemoryRow, VectorStore, milvus_filter
+from serve_app.stores.vectors import MemoryRow, VectorStore, milvus_filter, partition_of
 
 DIM = 8
 HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", 'x" || true || "']
@@ -46,22 +46,20 @@ async def test_search_is_scoped_to_tenant_and_user(vectors):
     await vectors.upsert([_row("t", "alice", "s-a", 1, seed=42, text="alice secret")])
     await vectors.upsert([_row("t", "bob", "s-b", 1, seed=42, text="bob secret")])
     await vectors.upsert([_row("t2", "alice", "s-c", 1, seed=42, text="other tenant")])
-    hits = await vectors.search("t", "alice", _vec(42), top_k=10, min_score=-1)
-    assert {h.text for h in hits} >= {"alice secret"}
+    hits = await vectors.search_dense("t", "alice", _vec(42), limit=10)
+    assert hits[0].text == "alice secret" and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert all(h.session_id not in ("s-b", "s-c") for h in hits)
 
 
-async def test_similarity_floor(vectors):
-    await vectors.upsert([_row("t", "carol", "s-f", 1, seed=1)])
-    assert await vectors.search("t", "carol", _vec(1), top_k=5, min_score=0.99)
-    opposite = [-x for x in _vec(1)]
-    assert await vectors.search("t", "carol", opposite, top_k=5, min_score=0.0) == []
+def test_partition_is_a_stable_hash():
+    assert partition_of("t", "alice", 64) == partition_of("t", "alice", 64)
+    assert {partition_of("t", f"u{i}", 64) for i in range(500)} == {f"p{i:03d}" for i in range(64)}
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
 async def test_hostile_values_never_widen_a_filter(vectors, hostile):
     await vectors.upsert([_row("t", "victim", "s-v", 1, seed=7, text="victim data")])
-    hits = await vectors.search("t", hostile, _vec(7), top_k=50, min_score=-1)
+    hits = await vectors.search_dense("t", hostile, _vec(7), limit=50)
     assert all(h.text != "victim data" for h in hits)
     assert await vectors.list("t", hostile, limit=100) == []
     assert await vectors.delete(tenant_id="t", user_id=hostile) == 0

@@ -26,7 +26,7 @@ async def stores(backends):
 def embed():
     from sentence_transformers import SentenceTransformer
 
-    from deployments.embedder import bundled_model_path
+    from serve_app.services.encoder import bundled_model_path
 
     model = SentenceTransformer(bundled_model_path(), device="cpu")
 
@@ -66,7 +66,7 @@ async def test_guided_extraction_returns_schema_valid_json(openai_server):
 async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
     settings = _settings()
     client = OpenAIChatClient(openai_server.base_url, MODEL_ID, timeout_s=120)
-    memorizer = SessionMemorizer(stores.log, stores.vectors, stores.facts, embed, settings, client)
+    memorizer = SessionMemorizer(stores, embed, settings, client)
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
     turns = [f"Order ORD-{100 + i} costs ${i}.25 and ships 2024-03-{i + 1:02d}." for i in range(10)]
     messages = [

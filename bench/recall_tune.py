@@ -1,0 +1,258 @@
+"""Tune hybrid recall with leave-one-file-out on LoCoMo conversations, in process, with the service's
+own keyword normalization, fusion and Milvus (Lite) stores: no HTTP, so a grid runs in a minute.
+
+    python -m bench.recall_tune ../shared/data/locomo --json bench/out/recall_tune.json
+
+For each held-out file, the grid point that is best on the other files is scored on the held-out
+one and compared with plain RRF (dense + BM25 over the raw turn text, k=60, equal weights, no
+context, no stemming) and with the shipped defaults. Each file is one user; all files share one
+collection, so every search runs among other users' rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tqdm import tqdm
+
+from bench.locomo_data import CATEGORIES, Question, Turn, questions_of, recall_at, turns_of
+from serve_app.core.keywords import memory_keywords, normalize
+from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.timeframe import query_timeframe
+from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.services.encoder import TextEncoder
+from serve_app.services.stores import Stores
+from serve_app.settings import Settings
+from serve_app.stores.vectors import Hit, MemoryRow
+
+K = 10
+CANDIDATES = 50
+PLAIN = "plain"  # keyword variant: raw text, raw query
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the keyword side is indexed."""
+
+    context_turns: int
+    self_weight: int
+
+    @property
+    def name(self) -> str:
+        return f"ctx{self.context_turns}w{self.self_weight}"
+
+
+@dataclass
+class Conversation:
+    name: str
+    turns: list[Turn]
+    questions: list[Question]
+    dense: list[list[Hit]]
+    keyword: dict[str, list[list[Hit]]]
+
+
+def keyword_text(turns: list[Turn], index: int, variant: Variant | None) -> str:
+    turn = turns[index]
+    if variant is None:
+        return raw_terms(turn.content)
+    before = [t.content for t in turns[max(0, index - variant.context_turns) : index] if t.session == turn.session]
+    return memory_keywords(
+        turn.content,
+        before=before[-variant.context_turns :] if variant.context_turns else [],
+        day=turn.when.date(),
+        weight=variant.self_weight,
+    )
+
+
+async def index_and_search(files: list[Path], variants: list[Variant], encoder: TextEncoder, env: dict) -> list[Conversation]:
+    """Dense rows under tenant `bench`; each keyword variant is indexed under a tenant of its own."""
+    stores = await Stores.connect(Settings(**env, milvus_collection="tune"))
+    conversations = []
+    try:
+        for path in tqdm(files, desc="index", unit="file"):
+            data = json.loads(path.read_text())
+            turns, questions = turns_of(data), questions_of(data)
+            vectors = encoder.encode([t.content for t in turns])
+            query_vectors = encoder.encode([q.text for q in questions])
+            user = path.stem
+            for variant in [None, *variants]:
+                tenant = variant.name if variant else PLAIN
+                rows = [
+                    MemoryRow(
+                        f"{user}-{i}",
+                        tenant,
+                        user,
+                        f"s{t.session}",
+                        t.seq,
+                        t.role,
+                        "turn",
+                        t.content,
+                        int(t.when.timestamp() * 1000),
+                        vectors[i],
+                        keyword_text(turns, i, variant),
+                    )
+                    for i, t in enumerate(turns)
+                ]
+                await stores.keywords.upsert(rows)
+                if variant is None:
+                    await stores.vectors.upsert([replace(r, tenant_id="bench") for r in rows])
+            await stores.vectors.flush()
+            dense = [await stores.vectors.search_dense("bench", user, v, limit=CANDIDATES) for v in query_vectors]
+            # Plain BM25: the raw lowercased words on both sides (no stems, no stop words, no context).
+            keyword = {PLAIN: [await stores.keywords.search(PLAIN, user, raw_terms(q.text), limit=CANDIDATES) for q in questions]}
+            for variant in variants:
+                keyword[variant.name] = [
+                    await stores.keywords.search(variant.name, user, normalize(q.text), limit=CANDIDATES) for q in questions
+                ]
+            conversations.append(Conversation(path.name, turns, questions, dense, keyword))
+    finally:
+        await stores.close()
+    return conversations
+
+
+def raw_terms(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def _created(hit: Hit) -> datetime:
+    return datetime.fromtimestamp(hit.created_at_ms / 1000, tz=timezone.utc)
+
+
+def ranked_dia(conv: Conversation, qi: int, variant: str, params: FusionParams, use_time: bool) -> list[str]:
+    dense, keyword = conv.dense[qi], conv.keyword[variant][qi]
+    where = {h.id: h for h in (*dense, *keyword)}
+    fused = fuse(
+        [Scored(h.id, h.score, _created(h)) for h in dense],
+        [Scored(h.id, h.score, _created(h)) for h in keyword],
+        params,
+        query_timeframe(conv.questions[qi].text) if use_time else None,
+    )
+    by_seq = {(f"s{t.session}", t.seq): t.dia_id for t in conv.turns}
+    return [by_seq[(where[f.id].session_id, where[f.id].seq)] for f in fused]
+
+
+def score(convs: list[Conversation], variant: str, params: FusionParams, use_time: bool = True) -> dict[str, float]:
+    out = {}
+    for conv in convs:
+        values = [
+            recall_at(ranked_dia(conv, qi, variant, params, use_time), q.evidence, K) for qi, q in enumerate(conv.questions)
+        ]
+        out[conv.name] = statistics.fmean(values)
+    return out
+
+
+def by_category(convs: list[Conversation], variant: str, params: FusionParams) -> dict[str, float]:
+    rows: dict[int, list[float]] = {c: [] for c in CATEGORIES}
+    for conv in convs:
+        for qi, q in enumerate(conv.questions):
+            rows[q.category].append(recall_at(ranked_dia(conv, qi, variant, params, True), q.evidence, K))
+    return {CATEGORIES[c]: statistics.fmean(v) for c, v in rows.items() if v}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
+    parser.add_argument("--json", dest="json_out", default="bench/out/recall_tune.json")
+    args = parser.parse_args()
+    files = sorted(args.data.glob("*.json"))
+    if len(files) < 2:
+        raise SystemExit("leave-one-file-out needs at least two files")
+
+    variants = [Variant(c, w) for c in (0, 1, 2, 3) for w in (1, 2)]
+    grid = [
+        (v.name, FusionParams(dense_weight=dw, keyword_weight=1.0, time_weight=tw, rrf_k=k, min_similarity=-1))
+        for v in variants
+        for dw, k, tw in itertools.product((0.35, 0.5, 0.75, 1.0), (10, 20, 40, 60), (0.0, 0.5, 1.0))
+    ]
+    settings = Settings()
+    shipped_variant = Variant(settings.recall_keyword_context_turns, settings.recall_keyword_self_weight).name
+    shipped = FusionParams(
+        dense_weight=settings.recall_dense_weight,
+        keyword_weight=settings.recall_keyword_weight,
+        time_weight=settings.recall_time_weight,
+        rrf_k=settings.recall_rrf_k,
+        min_similarity=-1,
+    )
+    plain = FusionParams(dense_weight=1.0, keyword_weight=1.0, time_weight=0.0, rrf_k=60, min_similarity=-1)
+    dense_only = replace(plain, keyword_weight=0.0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = EmbeddedBackends(Path(tmp), Ports.free()).start()
+        try:
+            convs = asyncio.run(index_and_search(files, variants, TextEncoder(int8=settings.embedding_int8), backends.env))
+        finally:
+            backends.stop()
+
+    table = {}
+    for name, params in tqdm(grid, desc="grid", unit="point"):
+        table[(name, params)] = score(convs, name, params)
+    names = [c.name for c in convs]
+    baseline = score(convs, PLAIN, plain, use_time=False)
+    defaults = score(convs, shipped_variant, shipped)
+    dense_alone = score(convs, PLAIN, dense_only, use_time=False)
+    keyword_alone = score(convs, PLAIN, replace(plain, dense_weight=0.0), use_time=False)
+
+    rows = []
+    print(f"\nleave-one-file-out, recall@{K}")
+    print(f"{'held out':<10}{'plain RRF':>10}{'tuned':>8}{'gain':>8}{'shipped':>9}   tuned on the others")
+    for held in names:
+        others = [n for n in names if n != held]
+        best = max(table, key=lambda key: statistics.fmean(table[key][n] for n in others))
+        tuned = table[best][held]
+        rows.append(
+            {
+                "held_out": held,
+                "plain_rrf": baseline[held],
+                "tuned": tuned,
+                "gain": tuned - baseline[held],
+                "shipped": defaults[held],
+                "variant": best[0],
+                "dense_weight": best[1].dense_weight,
+                "rrf_k": best[1].rrf_k,
+                "time_weight": best[1].time_weight,
+            }
+        )
+        print(
+            f"{held:<10}{baseline[held]:>10.3f}{tuned:>8.3f}{tuned - baseline[held]:>+8.3f}{defaults[held]:>9.3f}   "
+            f"{best[0]} dense_weight={best[1].dense_weight} rrf_k={best[1].rrf_k:g} time_weight={best[1].time_weight}"
+        )
+    mean = statistics.fmean
+    print(
+        f"{'mean':<10}{mean(baseline.values()):>10.3f}{mean(r['tuned'] for r in rows):>8.3f}"
+        f"{mean(r['gain'] for r in rows):>+8.3f}{mean(defaults.values()):>9.3f}"
+    )
+    print(
+        f"\nall files, recall@{K}: dense alone {mean(dense_alone.values()):.3f}, BM25 alone {mean(keyword_alone.values()):.3f}, "
+        f"plain RRF {mean(baseline.values()):.3f}, shipped defaults {mean(defaults.values()):.3f}"
+    )
+    categories = by_category(convs, shipped_variant, shipped)
+    print("shipped defaults by category: " + ", ".join(f"{k} {v:.3f}" for k, v in categories.items()))
+    out = Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "k": K,
+                "leave_one_out": rows,
+                "plain_rrf": baseline,
+                "shipped": defaults,
+                "dense_alone": dense_alone,
+                "bm25_alone": keyword_alone,
+                "shipped_by_category": categories,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Hybrid recall of one user's memories: keyword (BM25) and dense searches fused by rank.
+
+The keyword search (PostgreSQL) starts first and runs while the query is embedded, so on the
+critical path there is one embedding and one dense search (Milvus). Either side failing leaves the other side's answer,
+named in `degraded`; both failing raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from serve_app.core.keywords import normalize
+from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.timeframe import query_timeframe
+from serve_app.services.stores import Stores
+from serve_app.settings import Settings
+from serve_app.stores.vectors import Hit
+
+logger = logging.getLogger("ray.serve")
+EmbedOne = Callable[[str], Awaitable[list[float]]]
+
+
+class RecallUnavailable(ConnectionError):
+    """Neither side of recall answered (a ConnectionError: the API turns it into a 503)."""
+
+
+@dataclass
+class Recall:
+    hits: list[Hit]
+    degraded: list[str] = field(default_factory=list)
+
+
+def fusion_params(settings: Settings, min_score: float | None = None) -> FusionParams:
+    return FusionParams(
+        dense_weight=settings.recall_dense_weight,
+        keyword_weight=settings.recall_keyword_weight if settings.recall_hybrid else 0.0,
+        time_weight=settings.recall_time_weight,
+        rrf_k=settings.recall_rrf_k,
+        min_similarity=settings.recall_min_score if min_score is None else min_score,
+        min_keyword_share=settings.recall_min_keyword_share,
+    )
+
+
+def _when(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+async def recall(
+    stores: Stores,
+    embed_one: EmbedOne,
+    tenant: str,
+    user: str,
+    query: str,
+    *,
+    top_k: int,
+    settings: Settings,
+    min_score: float | None = None,
+) -> Recall:
+    """The best `top_k` memories, each scored by fusion."""
+    if top_k <= 0 or not query.strip():
+        return Recall([])
+    candidates = max(settings.recall_candidates, top_k)
+    terms = normalize(query) if settings.recall_hybrid else ""
+    keyword_task = asyncio.create_task(stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
+
+    async def dense_side() -> list[tuple[str, float, int]]:
+        return await stores.vectors.search_dense_ids(tenant, user, await embed_one(query), limit=candidates)
+
+    degraded: list[str] = []
+    dense: list[tuple[str, float, int]] = []
+    keyword: list[Hit] = []
+    try:
+        dense = await dense_side()
+    except Exception as exc:
+        logger.warning("dense recall unavailable: %r", exc)
+        degraded.append("dense_recall_unavailable")
+    if keyword_task is not None:
+        try:
+            keyword = await keyword_task
+        except Exception as exc:
+            logger.warning("keyword recall unavailable: %r", exc)
+            degraded.append("keyword_recall_unavailable")
+    if len(degraded) == 1 + (keyword_task is not None):
+        raise RecallUnavailable("recall unavailable: " + ", ".join(degraded))
+    fused = fuse(
+        [Scored(memory_id, similarity, _when(created)) for memory_id, similarity, created in dense],
+        [Scored(h.id, h.score, _when(h.created_at_ms)) for h in keyword],
+        fusion_params(settings, min_score),
+        query_timeframe(query),
+        limit=top_k,
+    )
+    details = {h.id: h for h in keyword}
+    missing = [f.id for f in fused if f.id not in details]
+    details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
+    # A memory deleted between the search and the fetch is simply left out.
+    return Recall([replace(details[f.id], score=round(f.score, 6)) for f in fused if f.id in details], degraded)
+
+
+async def _details(stores: Stores, tenant: str, user: str, ids: list[str]) -> list[Hit]:
+    """Text and origin of dense-only winners: from the keyword index, what it lacks from Milvus."""
+    if not ids:
+        return []
+    found: list[Hit] = []
+    try:
+        found = await stores.keywords.fetch(tenant, user, ids)
+    except Exception as exc:
+        logger.warning("keyword index unavailable for details, reading Milvus: %r", exc)
+    if len(found) < len(ids):  # a write that reached Milvus first, or PostgreSQL down
+        have = {h.id for h in found}
+        found += await stores.vectors.fetch(tenant, user, [i for i in ids if i not in have])
+    return found

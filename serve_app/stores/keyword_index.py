@@ -1,0 +1,172 @@
+"""The keyword side of hybrid recall in PostgreSQL: BM25 over each memory's keyword text.
+
+One row per memory and one posting per (memory, term), keyed by tenant and user first, so a query
+reads only the postings of its own terms for its own user through one index range scan: the score
+is computed by PostgreSQL in one statement, with document frequencies and average length taken from
+that user's memories. Persistent, transactional with its writes, and erased with the user's facts.
+Terms arrive normalized (`core.keywords`), so no text search configuration is involved.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import asyncpg
+
+from serve_app.stores.vectors import Hit, MemoryRow
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+MAX_QUERY_TERMS = 64
+
+_SEARCH = """
+WITH stats AS (
+    SELECT count(*)::float8 AS n, coalesce(avg(length), 1)::float8 AS avgdl
+    FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2
+), postings AS (
+    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER (PARTITION BY term)::float8 AS df
+    FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND term = ANY($3::text[])
+), scored AS (
+    SELECT p.memory_id,
+           sum(ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5))
+               * p.tf * ($5::float8 + 1) / (p.tf + $5::float8 * (1 - $6::float8 + $6::float8 * p.length / s.avgdl))) AS score
+    FROM postings p CROSS JOIN stats s
+    GROUP BY p.memory_id
+    ORDER BY score DESC, p.memory_id
+    LIMIT $4
+)
+SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score
+FROM scored sc
+JOIN memory_keywords k ON k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = sc.memory_id
+ORDER BY sc.score DESC, sc.memory_id
+"""
+
+
+class KeywordIndex:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def upsert(self, rows: Iterable[MemoryRow]) -> int:
+        """Index (or re-index) memories; a retry replaces the same rows, never adds postings."""
+        written = 0
+        by_user: dict[tuple[str, str], list[MemoryRow]] = {}
+        for row in rows:
+            by_user.setdefault((row.tenant_id, row.user_id), []).append(row)
+        async with self.pool.acquire() as conn, conn.transaction():
+            for (tenant, user), group in sorted(by_user.items()):
+                # Writers of one user take turns (two memorizers replacing the same postings would
+                # otherwise deadlock on each other's rows); other users are not held up.
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}")
+                ids = [r.id for r in group]
+                await conn.execute(
+                    "DELETE FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
+                    tenant,
+                    user,
+                    ids,
+                )
+                terms_of = {r.id: Counter(r.keyword_text().split()) for r in group}
+                await conn.executemany(
+                    """
+                    INSERT INTO memory_keywords
+                        (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                    ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
+                        session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
+                        kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
+                        length = EXCLUDED.length
+                    """,
+                    [
+                        (
+                            tenant,
+                            user,
+                            r.id,
+                            r.session_id,
+                            r.seq,
+                            r.role,
+                            r.kind,
+                            r.text,
+                            r.created_at_ms,
+                            sum(terms_of[r.id].values()),
+                        )
+                        for r in group
+                    ],  # fmt: skip
+                )
+                postings = [(r.id, term, tf, sum(terms_of[r.id].values())) for r in group for term, tf in terms_of[r.id].items()]
+                if postings:
+                    memory_ids, terms, tfs, lengths = (list(column) for column in zip(*postings, strict=True))
+                    await conn.execute(
+                        """
+                        INSERT INTO memory_postings (tenant_id, user_id, memory_id, term, tf, length)
+                        SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::int[], $6::int[])
+                        """,
+                        tenant,
+                        user,
+                        memory_ids,
+                        terms,
+                        tfs,
+                        lengths,
+                    )
+                written += len(group)
+        return written
+
+    async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
+        """BM25 of one user's memories against `terms` (normalized, space-separated), best first."""
+        unique = list(dict.fromkeys(terms.split()))[:MAX_QUERY_TERMS]
+        if limit <= 0 or not unique:
+            return []
+        rows = await self.pool.fetch(_SEARCH, tenant, user, unique, limit, BM25_K1, BM25_B)
+        return [_hit(r) for r in rows]
+
+    async def fetch(self, tenant: str, user: str, ids: list[str]) -> list[Hit]:
+        """Memories by id (score 0), restricted to the tenant and user."""
+        if not ids:
+            return []
+        rows = await self.pool.fetch(
+            "SELECT memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score FROM memory_keywords"
+            " WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
+            tenant,
+            user,
+            ids,
+        )
+        return [_hit(r) for r in rows]
+
+    async def delete(
+        self, tenant: str, *, user: str | None = None, session: str | None = None, memory_id: str | None = None
+    ) -> int:
+        """Remove memories by user, by session or one by id (within the tenant); returns how many."""
+        clauses, args = ["tenant_id = $1"], [tenant]
+        for column, value in (("user_id", user), ("session_id", session), ("memory_id", memory_id)):
+            if value is not None:
+                args.append(value)
+                clauses.append(f"{column} = ${len(args)}")
+        if len(args) == 1:
+            raise ValueError("a keyword delete names a user, a session or a memory")
+        async with self.pool.acquire() as conn, conn.transaction():
+            removed = await conn.fetch(
+                f"DELETE FROM memory_keywords WHERE {' AND '.join(clauses)} RETURNING user_id, memory_id", *args
+            )
+            if removed:
+                await conn.execute(
+                    """
+                    DELETE FROM memory_postings p USING unnest($2::text[], $3::text[]) AS gone(user_id, memory_id)
+                    WHERE p.tenant_id = $1 AND p.user_id = gone.user_id AND p.memory_id = gone.memory_id
+                    """,
+                    tenant,
+                    [r["user_id"] for r in removed],
+                    [r["memory_id"] for r in removed],
+                )
+        return len(removed)
+
+
+def _hit(row: asyncpg.Record) -> Hit:
+    return Hit(
+        id=row["memory_id"],
+        text=row["text"],
+        score=float(row["score"]),
+        session_id=row["session_id"],
+        seq=int(row["seq"]),
+        role=row["role"],
+        kind=row["kind"],
+        created_at_ms=int(row["created_at"]),
+    )

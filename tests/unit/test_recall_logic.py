@@ -1,0 +1,86 @@
+"""Pure recall logic: keyword normalization, query timeframes, rank fusion and its floor."""
+
+from datetime import date, datetime, timezone
+
+import pytest
+
+from serve_app.core.keywords import day_words, memory_keywords, normalize, terms
+from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.timeframe import Timeframe, query_timeframe
+
+
+def utc(*args) -> datetime:
+    return datetime(*args, tzinfo=timezone.utc)
+
+
+def test_terms_drop_stop_words_and_stem():
+    assert terms("Who adopted the puppies?") == ["adopt", "puppi"]
+    assert normalize("Running, RUNS; ran!") == "run run ran"
+    assert normalize("the of and") == ""
+    assert normalize("café Zürich 2023") == "café zürich 2023"
+
+
+def test_memory_keywords_carry_context_date_and_weight():
+    text = memory_keywords("Yes, last Tuesday!", before=["Did you visit the vet?"], day=date(2023, 5, 8), weight=2)
+    assert text == "8 may 2023 did visit vet yes tuesday yes tuesday"  # "last" is a stop word, "yes" and "did" are not
+    assert day_words(date(2024, 12, 1)) == "1 december 2024"
+    assert memory_keywords("hello there") == "hello hello"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What happened on 7 July, 2023?", Timeframe(utc(2023, 7, 6), utc(2023, 7, 9))),
+        ("What did she do on August 3, 2023?", Timeframe(utc(2023, 8, 2), utc(2023, 8, 5))),
+        ("Plans for 2024-02-29?", Timeframe(utc(2024, 2, 28), utc(2024, 3, 2))),
+        ("Trips in December 2023", Timeframe(utc(2023, 12, 1), utc(2024, 1, 1))),
+        ("When did Melanie go camping in June?", Timeframe(month=6)),
+        ("What changed in 2022?", Timeframe(utc(2022, 1, 1), utc(2023, 1, 1))),
+        ("What is her favourite colour?", None),
+        ("I may go there", None),
+        ("on 31 February, 2023", Timeframe(utc(2023, 2, 1), utc(2023, 3, 1))),  # no such day: the month
+    ],
+)
+def test_query_timeframe(query, expected):
+    assert query_timeframe(query) == expected
+
+
+def test_timeframe_contains():
+    assert Timeframe(month=6).contains(utc(2021, 6, 30))
+    assert not Timeframe(utc(2023, 7, 1), utc(2023, 8, 1)).contains(utc(2023, 8, 1))
+
+
+def test_fusion_rewards_agreement_and_weights():
+    dense = [Scored("a", 0.9), Scored("b", 0.8), Scored("c", 0.7)]
+    keyword = [Scored("c", 12.0), Scored("d", 9.0)]
+    ranked = [f.id for f in fuse(dense, keyword, FusionParams(dense_weight=0.5, keyword_weight=1.0, rrf_k=20))]
+    assert ranked[0] == "c"  # found by both
+    assert ranked.index("d") < ranked.index("b")  # keyword rank 2 outweighs dense rank 2 at these weights
+    dense_only = fuse(dense, keyword, FusionParams(keyword_weight=0.0))
+    assert [f.id for f in dense_only][:3] == ["a", "b", "c"]
+
+
+def test_floor_drops_memories_weak_on_both_sides():
+    dense = [Scored("close", 0.6), Scored("far", 0.1)]
+    keyword = [Scored("words", 10.0), Scored("weak-words", 1.0)]
+    kept = {f.id for f in fuse(dense, keyword, FusionParams(min_similarity=0.25, min_keyword_share=0.3))}
+    assert kept == {"close", "words"}
+    everything = {f.id for f in fuse(dense, keyword, FusionParams(min_similarity=-1))}
+    assert everything == {"close", "far", "words", "weak-words"}
+
+
+def test_time_boost_lifts_memories_from_the_named_window():
+    dense = [Scored("old", 0.9, utc(2022, 1, 5)), Scored("june", 0.8, utc(2023, 6, 10))]
+    plain = [f.id for f in fuse(dense, [], FusionParams(time_weight=1.0))]
+    boosted = [f.id for f in fuse(dense, [], FusionParams(time_weight=1.0), Timeframe(month=6))]
+    assert plain == ["old", "june"] and boosted == ["june", "old"]
+    assert fuse(dense, [], FusionParams(), Timeframe(month=6))[0].in_timeframe
+
+
+def test_limit_and_deterministic_ties():
+    dense = [Scored(i, 0.5) for i in "zyx"]
+    assert [f.id for f in fuse(dense, dense[::-1], limit=2)] == ["x", "y"]  # keyword weight 1.0 beats dense 0.5
+    assert [f.id for f in fuse(dense, [])] == ["z", "y", "x"]
+    assert [
+        f.id for f in fuse([Scored("b", 0.5), Scored("a", 0.5)], [Scored("a", 1.0), Scored("b", 1.0)], FusionParams(1, 1))
+    ] == ["a", "b"]
