@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ray import serve
+from ray.util import metrics
 
 from serve_app.services.encoder import TextEncoder
 from serve_app.settings import Settings
@@ -17,14 +18,19 @@ class Embedder:
         self.encoder = TextEncoder(self.settings.embedding_model, int8=self.settings.embedding_int8)
         self.embed_one.set_max_batch_size(self.settings.embedder_max_batch_size)
         self.embed_one.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)
+        self.batch_size = metrics.Histogram(
+            "memserve_embedder_batch_size", "Texts per forward pass.", boundaries=[1, 2, 4, 8, 16, 32, 64, 128]
+        )
 
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def embed_one(self, texts: list[str]) -> list[list[float]]:
         """One text per caller; concurrent callers are encoded together in one forward pass."""
+        self.batch_size.observe(len(texts))
         return await asyncio.to_thread(self.encoder.encode, texts)
 
     async def embed_many(self, texts: list[str]) -> list[list[float]]:
         """A caller's own batch (the memorizer's turns), encoded as one call."""
         if not texts:
             return []
+        self.batch_size.observe(len(texts))
         return await asyncio.to_thread(self.encoder.encode, texts)

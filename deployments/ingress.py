@@ -176,6 +176,18 @@ class Ingress:
             "Prompt tokens of built contexts.",
             boundaries=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
         )
+        self.section_tokens = metrics.Histogram(
+            "memserve_context_section_tokens",
+            "Tokens of each section of built contexts.",
+            boundaries=[1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            tag_keys=("section",),
+        )
+        self.recall_latency = metrics.Histogram(
+            "memserve_recall_latency_ms",
+            "Hybrid recall (embedding, dense and keyword search, fusion), by caller.",
+            boundaries=[2, 5, 10, 15, 20, 30, 50, 100, 250, 1000],
+            tag_keys=("path",),
+        )
 
     async def _embed_one(self, text: str) -> list[float]:
         if self.encoder is not None:
@@ -193,6 +205,11 @@ class Ingress:
         self.pokes.add(task)
         task.add_done_callback(self.pokes.discard)
 
+    @app.get("/v1/ping", response_model=schemas.Pong, summary="No-op: the latency floor of this ingress")
+    async def ping(self) -> schemas.Pong:
+        """Touches no store: the cost of the proxy, the replica and FastAPI alone (bench/load.py's floor)."""
+        return schemas.Pong()
+
     @app.get("/healthz", response_model=schemas.Health, summary="Status of each backing store")
     async def healthz(self) -> JSONResponse:
         backends = await self.stores.health()
@@ -209,7 +226,7 @@ class Ingress:
         now = datetime.now(timezone.utc)
         stored = [m.stored(now) for m in body.messages]
         result = await self.stores.log.append(who.tenant, session_id, body.user_id, stored)
-        if not all(result.duplicates):
+        if self.settings.memorizer_poke and not all(result.duplicates):
             self._poke(who.tenant, session_id)
         return schemas.AppendResponse(session_id=session_id, seqs=result.seqs, duplicates=result.duplicates)
 
@@ -267,8 +284,17 @@ class Ingress:
 
     @app.post("/v1/context", response_model=schemas.ContextResponse, summary="Build the prompt for the next call")
     async def context(self, body: schemas.ContextRequestIn, who: Caller = TenantDep) -> schemas.ContextResponse:
-        response = await build_working_memory(body, who.tenant, self.stores, self._embed_one, self.settings)
+        response = await build_working_memory(
+            body,
+            who.tenant,
+            self.stores,
+            self._embed_one,
+            self.settings,
+            observe_recall_ms=lambda ms: self.recall_latency.observe(ms, tags={"path": "context"}),
+        )
         self.context_tokens.observe(response.usage.total_tokens)
+        for section, usage in response.usage.sections.items():
+            self.section_tokens.observe(usage.tokens, tags={"section": section})
         return response
 
     @app.post("/v1/sessions/{session_id}/compress", response_model=schemas.CompressResponse, summary="Compact now")
@@ -400,6 +426,7 @@ class Ingress:
             top_k=body.top_k,
             settings=self.settings,
             min_score=body.min_score,
+            observe_ms=lambda ms: self.recall_latency.observe(ms, tags={"path": "search"}),
         )
         return [hit_out(h) for h in found.hits]
 

@@ -1,7 +1,8 @@
 """Memorizer deployment: embeds, extracts and compacts after each session's cursors, off the request path.
 
-A write pokes it through its handle; a timer in each replica also sweeps Redis's pending set, so a
-lost poke or a crashed replica only delays work, and the next sweep redoes it from the cursors.
+A timer in each replica sweeps Redis's pending set (appends may also poke it through its handle,
+`memorizer_poke`), so a lost poke or a crashed replica only delays work, and the next sweep redoes
+it from the cursors.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ class _Metrics:
         self.rejects = metrics.Counter("memserve_extraction_rejects", "Extracted facts rejected by validation.")
         self.extraction_failures = metrics.Counter("memserve_extraction_failures", "Extraction calls that failed.")
         self.redone = metrics.Counter("memserve_summary_redone", "Degraded checkpoints rebuilt by the LLM.")
+        self.lag = metrics.Histogram(
+            "memserve_memorization_lag_seconds",
+            "From a session's oldest unmemorized turn to the end of the pass that memorized it.",
+            boundaries=[0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300],
+        )
+        self.ratio = metrics.Histogram(
+            "memserve_compression_ratio",
+            "History tokens after compaction / before, per compaction.",
+            boundaries=[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
+        )
 
     def compaction(self, outcome: CompactionOutcome | None) -> None:
         if outcome is None or not outcome.compacted or outcome.summary is None:
@@ -64,6 +75,8 @@ class _Metrics:
         _add(self.fallbacks, int(outcome.summary.mode == "fallback"))
         _add(self.tokens_before, outcome.tokens_before)
         _add(self.tokens_after, outcome.tokens_after)
+        if outcome.tokens_before > 0:
+            self.ratio.observe(outcome.tokens_after / outcome.tokens_before)
         _add(self.pinned, len(outcome.summary.pinned))
 
     def report(self, report: MemorizeReport) -> None:
@@ -110,8 +123,11 @@ class Memorizer:
         try:
             while True:
                 self.again.discard(key)
+                since_ms = await self.stores.log.pending_since_ms(*key)
                 report = await self.logic.memorize(*key, on_conflict=self.metrics.conflicts.inc)
                 self.metrics.report(report)
+                if since_ms is not None and report.cursor >= 0:
+                    self.metrics.lag.observe(max(0.0, time.time() - since_ms / 1000))
                 self.unflushed = self.unflushed or report.embedded > 0
                 if key not in self.again:
                     break

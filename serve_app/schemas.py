@@ -183,6 +183,10 @@ class FactOut(BaseModel):
     valid_to: datetime | None
 
 
+class Pong(BaseModel):
+    ok: bool = True
+
+
 class SearchHit(BaseModel):
     """A recalled memory, from search or inside a context."""
 

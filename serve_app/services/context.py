@@ -61,7 +61,12 @@ def fact_out(fact: Fact) -> FactOut:
 
 
 async def build_working_memory(
-    req: ContextRequestIn, tenant: str, stores: Stores, embed_one: EmbedOne, settings: Settings
+    req: ContextRequestIn,
+    tenant: str,
+    stores: Stores,
+    embed_one: EmbedOne,
+    settings: Settings,
+    observe_recall_ms: Callable[[float], None] | None = None,
 ) -> ContextResponse:
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k
@@ -86,6 +91,7 @@ async def build_working_memory(
                 top_k=top_k + 8 if top_k else 0,  # room for the session's own turns dropped below
                 settings=settings,
                 min_score=min_score,
+                observe_ms=observe_recall_ms,
             )
         except Exception as exc:
             logger.warning("recall unavailable: %r", exc)

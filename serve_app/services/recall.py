@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -59,10 +60,12 @@ async def recall(
     top_k: int,
     settings: Settings,
     min_score: float | None = None,
+    observe_ms: Callable[[float], None] | None = None,
 ) -> Recall:
-    """The best `top_k` memories, each scored by fusion."""
+    """The best `top_k` memories, each scored by fusion; `observe_ms` gets the time it took."""
     if top_k <= 0 or not query.strip():
         return Recall([])
+    started = time.perf_counter()
     candidates = max(settings.recall_candidates, top_k)
     terms = normalize(query) if settings.recall_hybrid else ""
     keyword_task = asyncio.create_task(stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
@@ -96,6 +99,8 @@ async def recall(
     details = {h.id: h for h in keyword}
     missing = [f.id for f in fused if f.id not in details]
     details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
+    if observe_ms is not None:
+        observe_ms((time.perf_counter() - started) * 1000)
     # A memory deleted between the search and the fetch is simply left out.
     return Recall([replace(details[f.id], score=round(f.score, 6)) for f in fused if f.id in details], degraded)
 

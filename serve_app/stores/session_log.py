@@ -250,6 +250,11 @@ class SessionLog:
         meta_key, _, _ = self._keys(tenant, session)
         return int(await self.redis.hincrby(meta_key, "extraction_failures", 1))
 
+    async def pending_since_ms(self, tenant: str, session: str) -> int | None:
+        """When the session's oldest unmemorized turn arrived (its score in the pending set)."""
+        score = await self.redis.zscore(PENDING_KEY, self.pending_member(tenant, session))
+        return None if score is None else int(score)
+
     async def pending(self, limit: int = 100) -> list[tuple[str, str]]:
         members = await self.redis.zrange(PENDING_KEY, 0, limit - 1)
         return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]

@@ -25,7 +25,17 @@ TEST_ARGS = {
 
 
 @pytest.fixture(scope="session")
-def service_url(backends, data_root) -> str:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def metrics_url(service_url, metrics_port) -> str:
+    return f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+@pytest.fixture(scope="session")
+def service_url(backends, data_root, metrics_port) -> str:
     import ray
     from ray import serve
 
@@ -33,7 +43,7 @@ def service_url(backends, data_root) -> str:
     port = free_port()
     config = load_serve_config(DEFAULT_CONFIG, host="127.0.0.1", port=port)
     config.applications[0].args = TEST_ARGS
-    start_ray(ray_temp_dir(data_root))
+    start_ray(ray_temp_dir(data_root), metrics_port=metrics_port)
     deploy_config(config)
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
