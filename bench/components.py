@@ -97,6 +97,7 @@ async def run(args) -> dict:
                 await vectors.upsert(rows)
                 await keywords.upsert(rows)
         await vectors.flush()  # as the memorizer does on its timer
+        await facts.pool.execute("ANALYZE memory_postings; ANALYZE memory_keywords")  # as autovacuum does soon after
 
         session = "bench-" + uuid.uuid4().hex[:6]
         await log.append("local", session, user, [{"role": "user", "content": f"warm-up turn {i}"} for i in range(50)])

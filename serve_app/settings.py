@@ -84,7 +84,7 @@ class Settings(BaseSettings):
         "on CPU, for recall@10 0.768 instead of 0.771 on LoCoMo (bench/recall_tune.py). Applies to documents and "
         "queries alike; changing it on a filled store mixes the two kinds of vectors.",
     )
-    embedder_max_batch_size: int = Field(16, ge=1)
+    embedder_max_batch_size: int = Field(32, ge=1, description="Concurrent single texts encoded in one forward pass.")
     embedder_batch_wait_s: float = Field(0.005, ge=0)
 
     recall_top_k: int = Field(8, ge=0, le=100)
@@ -108,7 +108,14 @@ class Settings(BaseSettings):
         "deployment: through the Embedder deployment.",
     )
 
-    memorizer_sweep_interval_s: float = Field(1.0, gt=0)
+    memorizer_sweep_interval_s: float = Field(
+        0.25, gt=0, description="How often each memorizer replica reads the pending set (one ZRANGE)."
+    )
+    memorizer_poke: bool = Field(
+        False,
+        description="Poke the memorizer on every append (one Serve call each) instead of leaving new turns to the "
+        "sweep. Off: appends touch only Redis, and turns arriving within one sweep interval are embedded together.",
+    )
     memorizer_batch_size: int = Field(64, ge=1)
 
     llm_mode: Literal["none", "openai", "ray-serve-llm"] = Field(

@@ -71,7 +71,9 @@ def encode(text: str) -> list[int]:
     return qwen25_encoding().encode(unicodedata.normalize("NFC", text), allowed_special="all")
 
 
+@lru_cache(maxsize=8192)
 def count_tokens(text: str) -> int:
+    """Cached: a session's turns are rendered to the same blocks on every context build."""
     return len(encode(text))
 
 

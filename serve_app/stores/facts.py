@@ -48,7 +48,10 @@ class FactStore:
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 8) -> FactStore:
-        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, command_timeout=10)
+        # JIT compiles plans for seconds on a cold start; these statements are short OLTP ones.
+        pool = await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, command_timeout=10, server_settings={"jit": "off"}
+        )
         await migrate(pool)
         return cls(pool)
 

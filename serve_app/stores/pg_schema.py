@@ -56,6 +56,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX memory_postings_memory ON memory_postings (tenant_id, user_id, memory_id);
         """,
     ),
+    (
+        3,
+        """
+        -- Bulk-loaded postings must not wait for the default 10% growth before the planner learns
+        -- their sizes: a plan made on empty-table estimates runs for seconds.
+        ALTER TABLE memory_postings SET (autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 1000);
+        ALTER TABLE memory_keywords SET (autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 200);
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

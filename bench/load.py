@@ -1,0 +1,259 @@
+"""Bounded load against a running service on loopback: append, context build and the agent loop at
+concurrency 1, 8 and 32, next to the floor (a no-op route on the same ingress deployment).
+
+    python -m bench.load ../shared/data/locomo --url http://127.0.0.1:8000 \\
+        --components bench/out/components.json --json bench/out/load.json
+
+Prepares one user with `--memories` long-term memories (real LoCoMo turns) and, per worker, a
+50-turn session; then, per scenario and concurrency, a warm-up and a timed window of closed-loop
+workers (each sends its next request when the previous one answered). Prints absolute figures,
+each scenario's ratio to the floor, and to the sum of its parts measured alone by
+`bench.components` (run that first), then checks the targets of the load issue. Writes JSON and
+a PNG (latency percentiles and throughput per scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from tqdm import tqdm
+
+from bench.locomo_data import questions_of, turns_of
+from bench.search_latency import store_memories, wait_memorized
+
+CONCURRENCY = (1, 8, 32)
+SCENARIOS = ("floor", "append", "context", "agent_loop")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+@dataclass
+class Window:
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+
+    def figures(self) -> dict[str, float]:
+        done = len(self.latencies_ms)
+        return {
+            "requests": done,
+            "errors": self.errors,
+            "p50_ms": percentile(self.latencies_ms, 50),
+            "p95_ms": percentile(self.latencies_ms, 95),
+            "p99_ms": percentile(self.latencies_ms, 99),
+            "throughput_rps": done / self.seconds if self.seconds else 0.0,
+        }
+
+
+class Load:
+    def __init__(self, client: httpx.AsyncClient, user: str, sessions: list[str], queries: list[str]):
+        self.client = client
+        self.user = user
+        self.sessions = sessions
+        self.queries = queries
+        self.counter = 0
+
+    def _next(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    async def _check(self, response: httpx.Response) -> None:
+        if response.status_code >= 400:
+            raise RuntimeError(f"{response.status_code}: {response.text[:200]}")
+
+    async def floor(self, worker: int) -> None:
+        await self._check(await self.client.get("/v1/ping"))
+
+    async def _append(self, worker: int, role: str) -> None:
+        n = self._next()
+        body = {
+            "user_id": self.user,
+            "messages": [{"role": role, "content": f"load turn {n}: ticket T-{n} is open", "id": f"l{n}"}],
+        }
+        await self._check(await self.client.post(f"/v1/sessions/{self.sessions[worker]}/messages", json=body))
+
+    async def append(self, worker: int) -> None:
+        await self._append(worker, "user")
+
+    async def context(self, worker: int) -> None:
+        body = {
+            "user_id": self.user,
+            "session_id": self.sessions[worker],
+            "query": self.queries[self._next() % len(self.queries)],
+            "max_tokens": 4096,
+        }
+        await self._check(await self.client.post("/v1/context", json=body))
+
+    async def agent_loop(self, worker: int) -> None:
+        await self._append(worker, "user")
+        await self.context(worker)
+        await self._append(worker, "assistant")
+
+
+async def run_window(op, concurrency: int, seconds: float) -> Window:
+    window = Window()
+    deadline = time.perf_counter() + seconds
+
+    async def worker(index: int) -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            try:
+                await op(index)
+                window.latencies_ms.append((time.perf_counter() - started) * 1000)
+            except Exception:
+                window.errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    window.seconds = time.perf_counter() - started
+    return window
+
+
+async def prepare_sessions(client: httpx.AsyncClient, user: str, count: int, turns: list[str]) -> list[str]:
+    sessions = []
+    for worker in tqdm(range(count), desc="50-turn sessions", unit="session", leave=False):
+        session = f"{user}-load{worker}"
+        messages = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": turns[(worker * 50 + i) % len(turns)]} for i in range(50)
+        ]
+        (await client.post(f"/v1/sessions/{session}/messages", json={"user_id": user, "messages": messages})).raise_for_status()
+        sessions.append(session)
+    return sessions
+
+
+def component_sums(components: dict) -> dict[str, float]:
+    """p50 sums of the parts each scenario is made of (parts that run concurrently still add up here)."""
+
+    def p50(name_start: str) -> float:
+        return next(v["p50_ms"] for k, v in components.items() if k.startswith(name_start))
+
+    context = p50("query embedding") + p50("vector recall") + p50("keyword recall") + p50("get history") + p50("fact query")
+    return {"append": p50("store message"), "context": context, "agent_loop": context + 2 * p50("store message")}
+
+
+async def main_async(args) -> dict:
+    turns, queries = [], []
+    for path in sorted(args.data.glob("*.json")):
+        data = json.loads(path.read_text())
+        turns += [t.content for t in turns_of(data)]
+        queries += [q.text for q in questions_of(data)]
+    user = "load-" + uuid.uuid4().hex[:6]
+    limits = httpx.Limits(max_connections=max(CONCURRENCY) + 8, max_keepalive_connections=max(CONCURRENCY) + 8)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    with httpx.Client(base_url=args.url, timeout=120, headers=headers) as sync:
+        last = store_memories(sync, user, [turns[i % len(turns)] for i in range(args.memories)])
+        wait_memorized(sync, last)
+    results: dict[str, dict] = {}
+    async with httpx.AsyncClient(base_url=args.url, timeout=60, limits=limits, headers=headers) as client:
+        sessions = await prepare_sessions(client, user, max(CONCURRENCY), turns)
+        load = Load(client, user, sessions, queries)
+        steps = [(s, c) for s in SCENARIOS for c in CONCURRENCY]
+        for scenario, concurrency in tqdm(steps, desc="scenarios", unit="window"):
+            op = getattr(load, scenario)
+            await run_window(op, concurrency, args.warmup)
+            results[f"{scenario}@{concurrency}"] = (await run_window(op, concurrency, args.seconds)).figures()
+    return results
+
+
+def report(results: dict, components: dict | None) -> dict:
+    header = ["p50 ms", "p95 ms", "p99 ms", "req/s", "errors", "p50/floor", "rps/floor", "p50/parts"]
+    print(f"\n{'scenario':<16}{'c':>4}" + "".join(f"{h:>11}" for h in header))
+    sums = component_sums(components) if components else {}
+    for key, row in results.items():
+        scenario, concurrency = key.split("@")
+        floor = results[f"floor@{concurrency}"]
+        ratio_parts = row["p50_ms"] / sums[scenario] if scenario in sums else float("nan")
+        print(
+            f"{scenario:<16}{concurrency:>4}{row['p50_ms']:>11.1f}{row['p95_ms']:>11.1f}{row['p99_ms']:>11.1f}"
+            f"{row['throughput_rps']:>11.1f}{row['errors']:>11}{row['p50_ms'] / floor['p50_ms']:>11.2f}"
+            f"{row['throughput_rps'] / floor['throughput_rps']:>11.2f}{ratio_parts:>11.2f}"
+        )
+    checks: dict[str, dict] = {}
+    if components:
+
+        def part(name_start: str) -> dict:
+            return next(v for k, v in components.items() if k.startswith(name_start))
+
+        floor1, ctx1, ctx32 = results["floor@1"], results["context@1"], results["context@32"]
+        bound = floor1["p50_ms"] + part("query embedding")["p50_ms"] + part("vector recall")["p50_ms"] + 5
+        parts = {k: part(k)["qps"] for k in ("query embedding", "vector recall", "keyword recall", "get history", "fact query")}
+        bottleneck = min(parts, key=parts.get)
+        checks = {
+            "context@1 p50 <= floor + embedding + vector recall + 5 ms": {"value": ctx1["p50_ms"], "bound": bound},
+            "context@1 p99 <= 2.5 x p50": {"value": ctx1["p99_ms"], "bound": 2.5 * ctx1["p50_ms"]},
+            f"context@32 throughput >= 70% of its bottleneck ({bottleneck})": {
+                "value": ctx32["throughput_rps"],
+                "bound": 0.7 * parts[bottleneck],
+                "at_least": True,
+            },
+            "append@1 p50 <= 1.3 x floor p50": {"value": results["append@1"]["p50_ms"], "bound": 1.3 * floor1["p50_ms"]},
+            "append@32 throughput >= 70% of the floor's": {
+                "value": results["append@32"]["throughput_rps"],
+                "bound": 0.7 * results["floor@32"]["throughput_rps"],
+                "at_least": True,
+            },
+        }
+        print("\ntargets")
+        for name, check in checks.items():
+            met = check["value"] >= check["bound"] if check.get("at_least") else check["value"] <= check["bound"]
+            check["met"] = met
+            print(f"  {'met ' if met else 'MISS'} {name}: {check['value']:.1f} vs {check['bound']:.1f}")
+    return checks
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(results)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    x = range(len(keys))
+    for offset, q in ((-0.25, "p50_ms"), (0.0, "p95_ms"), (0.25, "p99_ms")):
+        left.bar([i + offset for i in x], [results[k][q] for k in keys], width=0.25, label=q.replace("_ms", ""))
+    left.set_xticks(list(x), keys, rotation=60, ha="right")
+    left.set_ylabel("latency (ms)")
+    left.set_yscale("log")
+    left.legend()
+    right.bar(list(x), [results[k]["throughput_rps"] for k in keys])
+    right.set_xticks(list(x), keys, rotation=60, ha="right")
+    right.set_ylabel("throughput (req/s)")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo files (text of memories and queries).")
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=10.0, help="Timed window per scenario and concurrency.")
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--components", type=Path, default=Path("bench/out/components.json"))
+    parser.add_argument("--json", dest="json_out", default="bench/out/load.json")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    components = json.loads(args.components.read_text()) if args.components.exists() else None
+    if components is None:
+        print(f"(no {args.components}: run bench.components first for the ratios to the parts)")
+    checks = report(results, components)
+    out = Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"scenarios": results, "targets": checks}, indent=2))
+    plot(results, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Resident memory of a running `memserve up`: PSS of every process it started, grouped.
+
+    python -m bench.memory --data-dir .memserve
+
+PSS (proportional set size) splits shared pages between the processes that share them, so the
+sum is what the whole service costs the machine. Processes are found as `memserve down` finds
+them: by the data-dir marker every child inherits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+
+from serve_app.cli import DATA_DIR_MARKER, _run_dir
+
+GROUPS = (
+    ("Ingress", "serve: Ingress replicas"),
+    ("Embedder", "serve: Embedder"),
+    ("Memorizer", "serve: Memorizer"),
+    ("ProxyActor", "serve: proxy"),
+    ("ServeController", "serve: controller"),
+    ("postgres", "PostgreSQL"),
+    ("redis-server", "Redis"),
+    ("milvus", "Milvus Lite"),
+    ("raylet", "Ray: raylet"),
+    ("gcs_server", "Ray: GCS"),
+)
+
+
+def group_of(proc: psutil.Process) -> str:
+    text = " ".join(proc.cmdline()) or proc.name()
+    for needle, label in GROUPS:
+        if needle in text:
+            return label
+    return "Ray: other workers and agents" if "ray" in text else "memserve CLI and others"
+
+
+def service_processes(data_dir: Path) -> list[psutil.Process]:
+    """Processes carrying the marker, plus the backends `up` recorded and all their children (a
+    server that drops privileges, like PostgreSQL, may start with a fresh environment)."""
+    marker = str(data_dir.resolve())
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(DATA_DIR_MARKER) == marker:
+                found[proc.pid] = proc
+        except (psutil.Error, OSError):
+            continue
+    backends_file = _run_dir(data_dir.resolve()) / "backends.json"
+    if backends_file.exists():
+        for info in json.loads(backends_file.read_text()).values():
+            try:
+                root = psutil.Process(info["pid"])
+            except psutil.Error:
+                continue
+            for proc in [root, *root.children(recursive=True)]:
+                found[proc.pid] = proc
+    return list(found.values())
+
+
+def measure(data_dir: Path) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for proc in service_processes(data_dir):
+        try:
+            totals[group_of(proc)] += proc.memory_full_info().pss / 2**20
+        except (psutil.Error, OSError):
+            continue
+    return dict(totals)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Path(".memserve"))
+    parser.add_argument("--json", dest="json_out", default="bench/out/memory.json")
+    args = parser.parse_args()
+    totals = measure(args.data_dir)
+    if not totals:
+        raise SystemExit(f"no process of `memserve up --data-dir {args.data_dir}` found")
+    total = sum(totals.values())
+    print(f"\n{'processes':<34}{'PSS MiB':>10}")
+    for name, mib in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"{name:<34}{mib:>10.0f}")
+    print(f"{'total':<34}{total:>10.0f}   ({total / 1024:.2f} GiB; target < 3 GiB)")
+    out = Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"pss_mib": totals, "total_mib": total}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
