@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench.common import percentile
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
@@ -39,11 +40,6 @@ _VOCABULARY = (
     "doctor,appoint,medicin,garden,plant,dog,cat,puppi,adopt,beach,camp,hike,mountain,lake,photo,friend,"
     "birthday,parti,gift,cake,job,interview,promot,salari,car,repair,insur,bank,loan,rent,apart,move,citi"
 )
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 async def timed(label: str, n: int, op) -> dict:

@@ -17,10 +17,7 @@ import uuid
 import httpx
 from tqdm import tqdm
 
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+from bench.common import percentile
 
 
 def timed(client: httpx.Client, method: str, path: str, n: int, label: str, body=None, body_fn=None) -> list[float]:

@@ -25,16 +25,12 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from bench.common import percentile, wait_memorized
 from bench.locomo_data import questions_of, turns_of
-from bench.search_latency import store_memories, wait_memorized
+from bench.search_latency import store_memories
 
 CONCURRENCY = (1, 8, 32)
 SCENARIOS = ("floor", "append", "context", "agent_loop")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
 
 
 @dataclass

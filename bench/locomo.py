@@ -18,20 +18,15 @@ import re
 import statistics
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import httpx
 from tqdm import tqdm
 
+from bench.common import percentile, wait_memorized
 from bench.locomo_data import CATEGORIES, parse_date, session_numbers, turn_content
 
 KS = (1, 5, 10, 20)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else 0.0
 
 
 def ingest(client: httpx.Client, data: dict, user: str) -> dict[tuple[str, int], str]:
@@ -62,18 +57,6 @@ def ingest(client: httpx.Client, data: dict, user: str) -> dict[tuple[str, int],
     return where
 
 
-def wait_memorized(client: httpx.Client, where: dict[tuple[str, int], str], timeout_s: float = 1800) -> None:
-    last = defaultdict(int)
-    for session, seq in where:
-        last[session] = max(last[session], seq)
-    deadline = time.monotonic() + timeout_s
-    for session, upto in tqdm(sorted(last.items()), desc="memorization", unit="session", leave=False):
-        while client.get(f"/v1/sessions/{session}").json()["memorized_upto_seq"] < upto:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{session} not memorized")
-            time.sleep(0.2)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
@@ -94,7 +77,10 @@ def main() -> None:
             data = json.loads(path.read_text())
             user = f"locomo-{path.stem}-{run}"
             where = ingest(client, data, user)
-            wait_memorized(client, where)
+            last: dict[str, int] = {}
+            for session, seq in where:
+                last[session] = max(last.get(session, 0), seq)
+            wait_memorized(client, last)
             questions = [q for q in data["qa"] if q.get("category") in CATEGORIES]
             for qa in tqdm(questions, desc=f"questions {path.name}", unit="q"):
                 evidence = {e.strip() for item in qa["evidence"] for e in str(item).split(";") if e.strip()}

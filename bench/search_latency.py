@@ -19,12 +19,8 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from bench.common import percentile, wait_memorized
 from bench.locomo_data import questions_of, turns_of
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def store_memories(client: httpx.Client, user: str, texts: list[str], per_session: int = 500) -> dict[str, int]:
@@ -40,15 +36,6 @@ def store_memories(client: httpx.Client, user: str, texts: list[str], per_sessio
         response.raise_for_status()
         last[session] = response.json()["seqs"][-1]
     return last
-
-
-def wait_memorized(client: httpx.Client, last: dict[str, int], timeout_s: float = 3600) -> None:
-    deadline = time.monotonic() + timeout_s
-    for session, upto in tqdm(sorted(last.items()), desc="memorization", unit="session", leave=False):
-        while client.get(f"/v1/sessions/{session}").json()["memorized_upto_seq"] < upto:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{session} not memorized")
-            time.sleep(0.5)
 
 
 def timed(client: httpx.Client, n: int, label: str, call) -> list[float]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from ray import serve
 from ray.util import metrics
 
@@ -26,11 +24,11 @@ class Embedder:
     async def embed_one(self, texts: list[str]) -> list[list[float]]:
         """One text per caller; concurrent callers are encoded together in one forward pass."""
         self.batch_size.observe(len(texts))
-        return await asyncio.to_thread(self.encoder.encode, texts)
+        return await self.encoder.encode_async(texts)
 
     async def embed_many(self, texts: list[str]) -> list[list[float]]:
         """A caller's own batch (the memorizer's turns), encoded as one call."""
         if not texts:
             return []
         self.batch_size.observe(len(texts))
-        return await asyncio.to_thread(self.encoder.encode, texts)
+        return await self.encoder.encode_async(texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 
 def bundled_model_path() -> str:
@@ -26,10 +27,17 @@ class TextEncoder:
             # setting (their vectors are compared), so it is one service-wide switch.
             self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
 
+        # One thread of our own: torch work is CPU-bound anyway, and each extra thread that runs it
+        # grows its own malloc arena (the default pool made the Embedder's PSS triple under load).
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+
     def encode(self, texts: list[str]) -> list[list[float]]:
         vectors = self.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=32)
         return vectors.astype("float32").tolist()
 
-    async def encode_one(self, text: str) -> list[float]:
+    async def encode_async(self, texts: list[str]) -> list[list[float]]:
         """Off the event loop (torch releases the GIL), so other requests' I/O goes on meanwhile."""
-        return (await asyncio.to_thread(self.encode, [text]))[0]
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode, texts)
+
+    async def encode_one(self, text: str) -> list[float]:
+        return (await self.encode_async([text]))[0]
