@@ -185,37 +185,28 @@ class VectorStore:
             written += int(result.get("upsert_count", len(records))) if isinstance(result, dict) else len(records)
         return written
 
-    async def search_dense(self, tenant: str, user: str, vector: list[float], *, limit: int) -> list[Hit]:
-        """Nearest memories of one user by cosine similarity, best first."""
-        if limit <= 0:
-            return []
-        result = await self.client.search(
+    async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
+        return await self.client.search(
             self.collection,
             data=[vector],
             anns_field="vector",
             filter=milvus_filter(tenant_id=tenant, user_id=user),
             partition_names=[self.partition(tenant, user)],
             limit=limit,
-            output_fields=OUTPUT_FIELDS,
+            output_fields=fields,
             search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
         )
-        return self._hits(result)
+
+    async def search_dense(self, tenant: str, user: str, vector: list[float], *, limit: int) -> list[Hit]:
+        """Nearest memories of one user by cosine similarity, best first, with their text."""
+        return self._hits(await self._search(tenant, user, vector, limit, OUTPUT_FIELDS)) if limit > 0 else []
 
     async def search_dense_ids(self, tenant: str, user: str, vector: list[float], *, limit: int) -> list[tuple[str, float, int]]:
         """(id, similarity, created_at ms), best first: no text, so Milvus Lite materializes and
         sends almost nothing (the winners' details come from the keyword index afterwards)."""
         if limit <= 0:
             return []
-        result = await self.client.search(
-            self.collection,
-            data=[vector],
-            anns_field="vector",
-            filter=milvus_filter(tenant_id=tenant, user_id=user),
-            partition_names=[self.partition(tenant, user)],
-            limit=limit,
-            output_fields=["created_at"],
-            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
-        )
+        result = await self._search(tenant, user, vector, limit, ["created_at"])
         return [
             (str(hit["id"]), float(hit.get("distance", hit.get("score", 0.0))), int(hit.get("entity", hit)["created_at"]))
             for hit in (result[0] if result else [])

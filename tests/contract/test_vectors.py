@@ -49,6 +49,10 @@ async def test_search_is_scoped_to_tenant_and_user(vectors):
     hits = await vectors.search_dense("t", "alice", _vec(42), limit=10)
     assert hits[0].text == "alice secret" and hits[0].score == pytest.approx(1.0, abs=1e-4)
     assert all(h.session_id not in ("s-b", "s-c") for h in hits)
+    ids = await vectors.search_dense_ids("t", "alice", _vec(42), limit=10)
+    assert [i for i, _, _ in ids] == [h.id for h in hits] and ids[0][2] == hits[0].created_at_ms
+    assert {h.id for h in await vectors.fetch("t", "alice", [ids[0][0], "missing"])} == {ids[0][0]}
+    assert await vectors.fetch("t", "bob", [ids[0][0]]) == []  # another user's id is not theirs
 
 
 def test_partition_is_a_stable_hash():
