@@ -75,6 +75,9 @@ def start_ray(temp_dir: str, *, num_cpus: int | None = None, metrics_port: int |
     import ray
 
     os.environ.setdefault("RAY_TMPDIR", temp_dir)
+    # Inherited by every Ray worker: glibc's default of 8 arenas per core lets the torch replicas'
+    # resident memory creep up under load (bench/memory.py); two arenas keep it flat.
+    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     kwargs: dict[str, Any] = {"namespace": "serve", "include_dashboard": False, "_temp_dir": temp_dir, "log_to_driver": True}
     if num_cpus:
         kwargs["num_cpus"] = num_cpus
