@@ -20,7 +20,7 @@ class Embedder:
             "memserve_embedder_batch_size", "Texts per forward pass.", boundaries=[1, 2, 4, 8, 16, 32, 64, 128]
         )
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
     async def embed_one(self, texts: list[str]) -> list[list[float]]:
         """One text per caller; concurrent callers are encoded together in one forward pass."""
         self.batch_size.observe(len(texts))
