@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from serve_app.core.budget import BudgetError, ContextRequest, Shares, build_context
@@ -20,7 +20,7 @@ from serve_app.schemas import (
     SearchHit,
     SectionUsage,
 )
-from serve_app.services.recall import recall
+from serve_app.services.recall import EmbedOne, recall
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
 from serve_app.stores.facts import Fact
@@ -28,7 +28,6 @@ from serve_app.stores.session_log import SessionOwnerError
 from serve_app.stores.vectors import Hit
 
 logger = logging.getLogger("ray.serve")
-EmbedOne = Callable[[str], Awaitable[list[float]]]
 
 
 def ms_to_datetime(ms: int) -> datetime:

@@ -66,6 +66,7 @@ class KeywordIndex:
                     ids,
                 )
                 terms_of = {r.id: Counter(r.keyword_text().split()) for r in group}
+                length_of = {memory_id: sum(counts.values()) for memory_id, counts in terms_of.items()}
                 await conn.executemany(
                     """
                     INSERT INTO memory_keywords
@@ -87,12 +88,12 @@ class KeywordIndex:
                             r.kind,
                             r.text,
                             r.created_at_ms,
-                            sum(terms_of[r.id].values()),
+                            length_of[r.id],
                         )
                         for r in group
                     ],  # fmt: skip
                 )
-                postings = [(r.id, term, tf, sum(terms_of[r.id].values())) for r in group for term, tf in terms_of[r.id].items()]
+                postings = [(r.id, term, tf, length_of[r.id]) for r in group for term, tf in terms_of[r.id].items()]
                 if postings:
                     memory_ids, terms, tfs, lengths = (list(column) for column in zip(*postings, strict=True))
                     await conn.execute(
