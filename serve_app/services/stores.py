@@ -23,14 +23,22 @@ class Stores:
     async def connect(cls, settings: Settings) -> Stores:
         log = SessionLog(settings.redis_url, settings.session_ttl_s)
         facts = await FactStore.connect(settings.postgres_dsn)
-        vectors = await asyncio.to_thread(
-            VectorStore,
-            settings.milvus_uri,
-            settings.milvus_collection,
-            settings.embedding_dim,
-            settings.milvus_token,
-            settings.milvus_partitions,
-        )
+        # Replicas starting together would race to create the collection and its partitions (one
+        # could read a half-made partition list): a PostgreSQL advisory lock lets one make it whole.
+        async with facts.pool.acquire() as conn:
+            lock = f"memserve milvus collection\x1f{settings.milvus_collection}"
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", lock)
+            try:
+                vectors = await asyncio.to_thread(
+                    VectorStore,
+                    settings.milvus_uri,
+                    settings.milvus_collection,
+                    settings.embedding_dim,
+                    settings.milvus_token,
+                    settings.milvus_partitions,
+                )
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
         return cls(log, facts, vectors, KeywordIndex(facts.pool))
 
     async def close(self) -> None:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pymilvus import AsyncMilvusClient, DataType, MilvusClient
+from pymilvus.exceptions import MilvusException
 
 from serve_app.core.keywords import normalize
 
@@ -31,6 +33,12 @@ OUTPUT_FIELDS = ["id", "tenant_id", "user_id", "session_id", "seq", "role", "kin
 MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 DEFAULT_PARTITIONS = 64
 HNSW_EF = 128
+T = TypeVar("T")
+
+
+def _is_released(exc: MilvusException) -> bool:
+    """Milvus's answer to a read on a collection that is not loaded (any more)."""
+    return "call load()" in str(exc) or "not loaded" in str(exc)
 
 
 def quote_literal(value: str | int) -> str:
@@ -165,6 +173,17 @@ class VectorStore:
     async def close(self) -> None:
         await self.client.close()
 
+    async def _loaded(self, read: Callable[[], Awaitable[T]]) -> T:
+        """Run a search or query; if Milvus answers that the collection is not loaded (a restarted
+        Milvus Lite forgets every load), load it and run it once more."""
+        try:
+            return await read()
+        except MilvusException as exc:
+            if not _is_released(exc):
+                raise
+            await self.client.load_collection(self.collection)
+            return await read()
+
     async def ping(self) -> bool:
         # A metadata call: a query would make Milvus Lite scan rows.
         return bool(await self.client.has_collection(self.collection))
@@ -174,27 +193,57 @@ class VectorStore:
         Python on every search (~30 us each), so the embedded profile flushes on a short timer."""
         await self.client.flush(self.collection)
 
+    async def _ensure_loaded(self) -> None:
+        """Load the collection if Milvus has released it (a restarted Milvus Lite releases everything)."""
+        from pymilvus.client.types import LoadState
+
+        state = (await self.client.get_load_state(self.collection)).get("state")
+        if state != LoadState.Loaded:
+            await self.client.load_collection(self.collection)
+
     async def upsert(self, rows: list[MemoryRow]) -> int:
-        """Rows grouped by partition; an upsert replaces the row with the same id (a retry)."""
+        """Rows grouped by partition; an upsert replaces the row with the same id (a retry).
+
+        Acknowledged only once the rows read back: Milvus Lite acknowledges upserts into a released
+        collection (after a restart) and then drops them when a load runs meanwhile (found by
+        bench/reliability.py). So the collection is loaded first, and missing rows are written again.
+        """
+        await self._ensure_loaded()
         by_partition: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_partition.setdefault(self.partition(row.tenant_id, row.user_id), []).append(row.record())
-        written = 0
         for partition, records in by_partition.items():
-            result = await self.client.upsert(self.collection, records, partition_name=partition)
-            written += int(result.get("upsert_count", len(records))) if isinstance(result, dict) else len(records)
-        return written
+            for attempt in range(3):
+                await self.client.upsert(self.collection, records, partition_name=partition)
+                missing = await self._missing(partition, [r["id"] for r in records])
+                if not missing:
+                    break
+                if attempt == 2:
+                    raise ConnectionError(f"Milvus did not keep {len(missing)} upserted rows; retry later")
+                await self._ensure_loaded()
+                records = [r for r in records if r["id"] in missing]
+        return len(rows)
+
+    async def _missing(self, partition: str, ids: list[str]) -> set[str]:
+        found = await self._loaded(
+            lambda: self.client.query(
+                self.collection, filter=milvus_filter(id=ids), output_fields=["id"], partition_names=[partition]
+            )
+        )
+        return set(ids) - {str(r["id"]) for r in found}
 
     async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
-        return await self.client.search(
-            self.collection,
-            data=[vector],
-            anns_field="vector",
-            filter=milvus_filter(tenant_id=tenant, user_id=user),
-            partition_names=[self.partition(tenant, user)],
-            limit=limit,
-            output_fields=fields,
-            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
+        return await self._loaded(
+            lambda: self.client.search(
+                self.collection,
+                data=[vector],
+                anns_field="vector",
+                filter=milvus_filter(tenant_id=tenant, user_id=user),
+                partition_names=[self.partition(tenant, user)],
+                limit=limit,
+                output_fields=fields,
+                search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
+            )
         )
 
     async def search_dense(self, tenant: str, user: str, vector: list[float], *, limit: int) -> list[Hit]:
@@ -216,10 +265,10 @@ class VectorStore:
         """Memories by id (score 0), restricted to the tenant and user."""
         if not ids:
             return []
-        rows = await self.client.query(
-            self.collection,
-            filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids),
-            output_fields=OUTPUT_FIELDS,
+        rows = await self._loaded(
+            lambda: self.client.query(
+                self.collection, filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids), output_fields=OUTPUT_FIELDS
+            )
         )
         return self._hits([[{"id": r["id"], "distance": 0.0, "entity": r} for r in rows]])
 
@@ -243,18 +292,22 @@ class VectorStore:
         return hits
 
     async def list(self, tenant: str, user: str, *, limit: int, offset: int = 0) -> list[dict[str, Any]]:
-        rows = await self.client.query(
-            self.collection,
-            filter=milvus_filter(tenant_id=tenant, user_id=user),
-            output_fields=OUTPUT_FIELDS,
-            limit=limit,
-            offset=offset,
+        rows = await self._loaded(
+            lambda: self.client.query(
+                self.collection,
+                filter=milvus_filter(tenant_id=tenant, user_id=user),
+                output_fields=OUTPUT_FIELDS,
+                limit=limit,
+                offset=offset,
+            )
         )
         return sorted(rows, key=lambda r: (r["created_at"], r["session_id"], r["seq"]))
 
     async def count_session(self, tenant: str, session: str) -> int:
-        rows = await self.client.query(
-            self.collection, filter=milvus_filter(tenant_id=tenant, session_id=session), output_fields=["id"], limit=16384
+        rows = await self._loaded(
+            lambda: self.client.query(
+                self.collection, filter=milvus_filter(tenant_id=tenant, session_id=session), output_fields=["id"], limit=16384
+            )
         )
         return len(rows)
 
