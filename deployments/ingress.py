@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import asyncpg
 import redis.exceptions
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pymilvus.exceptions import MilvusException
@@ -32,6 +35,7 @@ from serve_app.services.context import build_working_memory, hit_out, ms_to_date
 from serve_app.services.encoder import TextEncoder
 from serve_app.services.forget import forget_user
 from serve_app.services.memories import delete_memories, save_memories
+from serve_app.services.quota import check_memory_quota
 from serve_app.services.recall import recall
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
@@ -110,6 +114,26 @@ def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+def _echoable(value):
+    """`value` in a form that JSON-encodes: lone surrogates escaped, NaN and Infinity as strings."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {_echoable(k): _echoable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_echoable(v) for v in value]
+    return value
+
+
+def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422, whose echo of the bad input stays encodable: a lone surrogate or a NaN sent
+    by the client would otherwise turn the 422 into a 500."""
+    return _error(422, _echoable(jsonable_encoder(exc.errors())))
+
+
+app.add_exception_handler(RequestValidationError, _invalid)
 app.add_exception_handler(SessionOwnerError, lambda r, e: _error(409, "session belongs to another user"))
 app.add_exception_handler(BudgetError, lambda r, e: _error(422, str(e), token_counts=e.counts))
 app.add_exception_handler(SessionNotFound, lambda r, e: _error(404, "session not found"))
@@ -223,12 +247,17 @@ class Ingress:
     ) -> schemas.AppendResponse:
         limit = self.settings.rate_limit_overrides.get(who.tenant, self.settings.rate_limit_messages_per_minute)
         await self.limiter.spend(who.key_digest, len(body.messages), limit)
+        await self._check_quota(who.tenant, len(body.messages))
         now = datetime.now(timezone.utc)
         stored = [m.stored(now) for m in body.messages]
         result = await self.stores.log.append(who.tenant, session_id, body.user_id, stored)
         if self.settings.memorizer_poke and not all(result.duplicates):
             self._poke(who.tenant, session_id)
         return schemas.AppendResponse(session_id=session_id, seqs=result.seqs, duplicates=result.duplicates)
+
+    async def _check_quota(self, tenant: str, adding: int) -> None:
+        quota = self.settings.quota_overrides.get(tenant, self.settings.quota_memories)
+        await check_memory_quota(self.stores.keywords, tenant, quota, adding)
 
     async def _meta_or_404(self, tenant: str, session_id: str):
         meta = await self.stores.log.meta(tenant, session_id)
@@ -257,7 +286,7 @@ class Ingress:
         self,
         who: Caller = TenantDep,
         session_id: str = SessionId,
-        after: int = Query(0, ge=0, description="Return messages with seq > after."),
+        after: int = Query(0, ge=0, le=2**53, description="Return messages with seq > after."),
         limit: int = Query(100, ge=1, le=1000),
     ) -> schemas.MessagesPage:
         meta = await self._meta_or_404(who.tenant, session_id)
@@ -357,6 +386,7 @@ class Ingress:
 
     @app.post("/v1/users/{user_id}/memories", response_model=schemas.MemoryOut, summary="Add a memory directly")
     async def add_memory(self, body: schemas.MemoryIn, user_id: str = UserId, who: Caller = TenantDep) -> schemas.MemoryOut:
+        await self._check_quota(who.tenant, 1)
         created = body.created_at or datetime.now(timezone.utc)
         memory_id = body.id or direct_memory_id(who.tenant, user_id, body.text)
         vector = await self._embed_one(body.text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -18,17 +19,75 @@ Category = Literal["preference", "fact", "decision", "task"]
 Id = Field(pattern=ID_PATTERN, min_length=1, max_length=128)
 
 
+MAX_SEQ = 2**63 - 1  # seqs are BIGINT in PostgreSQL
+
+
+def _storable(value: str) -> str:
+    """Text every store can keep: PostgreSQL text refuses NUL, and a lone surrogate (a JSON "\\ud800"
+    escape with no pair) has no UTF-8 form at all, so Redis, PostgreSQL and Milvus would all fail on it
+    (a 500, or a turn the memorizer can never write). Such text is refused here, with a 422."""
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL (\\u0000) characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode: unpaired surrogate at character {exc.start}") from None
+    return value
+
+
+StorableText = Annotated[str, AfterValidator(_storable)]
+
+
 def _within_content_limit(value: str) -> str:
     if len(value.encode("utf-8")) > MAX_CONTENT_BYTES:
         raise ValueError(f"content is larger than {MAX_CONTENT_BYTES} bytes")
     return value
 
 
-BoundedText = Annotated[str, AfterValidator(_within_content_limit)]
+BoundedText = Annotated[StorableText, AfterValidator(_within_content_limit)]
+Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
+
+
+def _representable_instant(value: datetime | None) -> datetime | None:
+    """Naive means UTC. The instant must exist in UTC (`9999-12-31T23:59-14:00` does not) and survive the
+    stores' epoch milliseconds and back (the last day of 9999 can round into year 10000, a 500 on read);
+    the offset the client sent is kept."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    try:
+        year = value.astimezone(timezone.utc).year
+    except (OverflowError, ValueError):
+        year = 0
+    if not 1 <= year <= 9998:
+        raise ValueError("created_at must fall within the years 0001-9998 in UTC")
+    return value
+
+
+Instant = Annotated[datetime, AfterValidator(_representable_instant)]
+
+
+def _json_storable(value: Any, path: str = "arguments") -> None:
+    """Free-form JSON (tool arguments): the same text rule as `StorableText`, and finite numbers only."""
+    if isinstance(value, str):
+        try:
+            _storable(value)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: numbers must be finite (not NaN or Infinity)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _json_storable(key, path)
+            _json_storable(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _json_storable(item, f"{path}[{index}]")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 MAX_JSON_DEPTH = 16
@@ -45,19 +104,21 @@ def _depth(value: Any, level: int = 0) -> int:
 
 
 class ToolFunction(Strict):
-    name: str = Field(min_length=1, max_length=256)
-    arguments: str | dict[str, Any] = "{}"
+    name: StorableText = Field(min_length=1, max_length=256)
+    arguments: StorableText | dict[str, Any] = "{}"
 
     @field_validator("arguments")
     @classmethod
     def _not_too_deep(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
-        if isinstance(value, dict) and _depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"tool arguments are nested too deep (more than {MAX_JSON_DEPTH} levels)")
+        if isinstance(value, dict):
+            if _depth(value) > MAX_JSON_DEPTH:
+                raise ValueError(f"tool arguments are nested too deep (more than {MAX_JSON_DEPTH} levels)")
+            _json_storable(value)
         return value
 
 
 class ToolCall(Strict):
-    id: str | None = Field(None, max_length=128)
+    id: StorableText | None = Field(None, max_length=128)
     type: Literal["function"] = "function"
     function: ToolFunction
 
@@ -66,17 +127,10 @@ class MessageIn(Strict):
     role: Role
     content: BoundedText = ""
     id: str | None = Field(None, pattern=ID_PATTERN, description="Client message id: a retry with the same id is stored once.")
-    created_at: datetime | None = Field(None, description="When the turn happened; defaults to now.")
-    name: str | None = Field(None, max_length=128)
-    tool_call_id: str | None = Field(None, max_length=128)
+    created_at: Instant | None = Field(None, description="When the turn happened (naive = UTC); defaults to now.")
+    name: StorableText | None = Field(None, max_length=128)
+    tool_call_id: StorableText | None = Field(None, max_length=128)
     tool_calls: list[ToolCall] | None = Field(None, max_length=32)
-
-    @field_validator("created_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value
 
     @model_validator(mode="after")
     def _tool_fields(self) -> MessageIn:
@@ -141,15 +195,15 @@ class MessagesPage(BaseModel):
 
 
 class ToolResultIn(Strict):
-    name: str = Field("tool", max_length=128)
+    name: StorableText = Field("tool", max_length=128)
     content: BoundedText
 
 
 class ContextRequestIn(Strict):
     user_id: str = Id
     session_id: str = Id
-    query: str = Field("", max_length=8192, description="Drives recall; not stored.")
-    system_prompt: str | None = Field(None, max_length=65536)
+    query: StorableText = Field("", max_length=8192, description="Drives recall; not stored.")
+    system_prompt: StorableText | None = Field(None, max_length=65536)
     tool_results: list[ToolResultIn] = Field(default_factory=list, max_length=32)
     max_tokens: int | None = Field(None, ge=256, le=1_048_576)
     reserve_output: int | None = Field(None, ge=0, le=1_048_576)
@@ -225,10 +279,10 @@ class UserSessions(BaseModel):
 
 
 class FactIn(Strict):
-    value: str = Field(min_length=1, max_length=4096)
+    value: StorableText = Field(min_length=1, max_length=4096)
     category: Category = "fact"
     source_session: str | None = Field(None, pattern=ID_PATTERN)
-    source_seqs: list[int] = Field(default_factory=list, max_length=256)
+    source_seqs: list[Seq] = Field(default_factory=list, max_length=256)
 
 
 class FactWrite(BaseModel):
@@ -237,9 +291,9 @@ class FactWrite(BaseModel):
 
 
 class MemoryIn(Strict):
-    text: str = Field(min_length=1, max_length=8192)
+    text: StorableText = Field(min_length=1, max_length=8192)
     id: str | None = Field(None, pattern=ID_PATTERN)
-    created_at: datetime | None = None
+    created_at: Instant | None = Field(None, description="Naive = UTC; defaults to now.")
 
 
 class MemoryOut(BaseModel):
@@ -253,7 +307,7 @@ class MemoryOut(BaseModel):
 
 
 class SearchRequest(Strict):
-    query: str = Field(min_length=1, max_length=8192)
+    query: StorableText = Field(min_length=1, max_length=8192)
     top_k: int = Field(10, ge=1, le=100)
     min_score: float | None = Field(
         None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."

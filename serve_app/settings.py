@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     require_api_keys: bool = Field(False, description="Refuse to start without keys (any non-loopback deployment).")
     rate_limit_messages_per_minute: int = Field(0, ge=0, description="Appended messages per API key and minute; 0 = unlimited.")
     rate_limit_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant messages per minute.")
+    quota_memories: int = Field(
+        0, ge=0, description="Stored long-term memories per tenant; appends and memory writes past it get 429. 0 = unlimited."
+    )
+    quota_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant stored-memory quotas.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413 before parsing.")
     session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
 

@@ -119,6 +119,10 @@ class KeywordIndex:
         rows = await self.pool.fetch(_SEARCH, tenant, user, unique, limit, BM25_K1, BM25_B)
         return [_hit(r) for r in rows]
 
+    async def count(self, tenant: str) -> int:
+        """Memories the tenant stores (every memory has exactly one row here): what quotas count."""
+        return int(await self.pool.fetchval("SELECT count(*) FROM memory_keywords WHERE tenant_id = $1", tenant))
+
     async def fetch(self, tenant: str, user: str, ids: list[str]) -> list[Hit]:
         """Memories by id (score 0), restricted to the tenant and user."""
         if not ids:

@@ -13,14 +13,23 @@ from serve_app.core.auth import hash_key
 from serve_app.embedded.launchers import free_port
 from serve_app.serving import deploy_config, load_serve_config, ray_temp_dir, start_ray
 
-# API keys of the test app: tenant "local" (what the other tests use) and two more tenants.
+# API keys of the test app: tenant "local" (what the other tests use) and more tenants.
 KEY_LOCAL, KEY_B, KEY_SLOW = "key-local-0123456789", "key-tenant-b-0123456789", "key-slow-0123456789"
+KEY_SMALL = "key-small-0123456789"  # tenant "tenant-small": a quota of 3 stored memories
+KEY_FUZZ = "key-fuzz-0123456789"  # tenant "fuzz": the Schemathesis run, whose random DELETEs must not touch other tests' data
 # Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
 TEST_ARGS = {
     "compaction_trigger_tokens": 1000,
     "memorizer_sweep_interval_s": 0.2,
-    "api_keys": {hash_key(KEY_LOCAL): "local", hash_key(KEY_B): "tenant-b", hash_key(KEY_SLOW): "tenant-slow"},
+    "api_keys": {
+        hash_key(KEY_LOCAL): "local",
+        hash_key(KEY_B): "tenant-b",
+        hash_key(KEY_SLOW): "tenant-slow",
+        hash_key(KEY_FUZZ): "fuzz",
+        hash_key(KEY_SMALL): "tenant-small",
+    },
     "rate_limit_overrides": {"tenant-slow": 5},
+    "quota_overrides": {"tenant-small": 3},
 }
 
 

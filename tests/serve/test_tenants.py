@@ -10,9 +10,10 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from .conftest import KEY_B, KEY_SLOW, wait_memorized
+from bench.probes import HOSTILE_IDS as HOSTILE
+from bench.probes import endpoints as _endpoints
 
-HOSTILE = ['x" or user_id != "', "a\\b", "q'\n", "ünï", "../etc", "x" * 200, "", " "]
+from .conftest import KEY_B, KEY_SLOW, KEY_SMALL, wait_memorized
 
 
 def _sid(prefix: str = "s") -> str:
@@ -29,29 +30,6 @@ def tenant_b(service_url):
 def anonymous(service_url):
     with httpx.Client(base_url=service_url, timeout=60) as c:
         yield c
-
-
-def _endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
-    return [
-        ("GET", f"/v1/sessions/{sid}", None),
-        ("GET", f"/v1/sessions/{sid}/messages", None),
-        ("POST", f"/v1/sessions/{sid}/compress", None),
-        ("POST", "/v1/context", {"user_id": user, "session_id": sid, "query": "secret"}),
-        ("GET", f"/v1/users/{user}/sessions", None),
-        ("GET", f"/v1/users/{user}/facts", None),
-        ("GET", f"/v1/users/{user}/facts/plan", None),
-        ("PUT", f"/v1/users/{user}/facts/plan", {"value": "overwritten", "category": "fact"}),
-        ("GET", f"/v1/users/{user}/facts/plan/history", None),
-        ("GET", f"/v1/users/{user}/memories", None),
-        ("POST", f"/v1/users/{user}/memories", {"text": "injected"}),
-        ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "top_k": 10}),
-        ("DELETE", f"/v1/users/{user}/facts/plan", None),
-        ("DELETE", f"/v1/users/{user}/memories/m1", None),
-        ("DELETE", f"/v1/sessions/{sid}", None),
-        # Last: a write to the same ids creates the caller's own session, in its own tenant.
-        ("POST", f"/v1/sessions/{sid}/messages", {"user_id": user, "messages": [{"role": "user", "content": "x"}]}),
-        ("DELETE", f"/v1/users/{user}", None),
-    ]
 
 
 def test_every_endpoint_needs_a_valid_key(anonymous, service_url):
@@ -122,6 +100,28 @@ def test_rate_limit_is_a_429_with_retry_after(service_url):
         limited = slow.post(f"/v1/sessions/{sid}/messages", json={"user_id": "u", "messages": [{"role": "user", "content": "x"}]})
         assert 1 <= int(limited.headers["retry-after"]) <= 60 and "rate limit" in limited.json()["detail"]
         assert len(slow.get(f"/v1/sessions/{sid}/messages").json()["messages"]) == 5  # refused writes were not stored
+
+
+def test_stored_memory_quota_is_a_429_and_keeps_what_was_stored(service_url):
+    """tenant-small may store 3 memories: the 4th write is refused, appends too, nothing stored is lost."""
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_SMALL}) as small:
+        user, sid = _sid("user"), _sid()
+        for i in range(2):
+            assert small.post(f"/v1/users/{user}/memories", json={"text": f"memory {i}"}).status_code == 200
+        r = small.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "m"}]})
+        assert r.status_code == 200
+        wait_memorized(small, sid, 1)  # the appended turn is the third stored memory
+        refused = small.post(f"/v1/users/{user}/memories", json={"text": "one too many"})
+        assert refused.status_code == 429 and "quota of 3 stored memories" in refused.json()["detail"]
+        assert int(refused.headers["retry-after"]) > 0
+        again = small.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "x"}]})
+        assert again.status_code == 429
+        assert len(small.get(f"/v1/users/{user}/memories").json()) == 3
+        assert [m["content"] for m in small.get(f"/v1/sessions/{sid}/messages").json()["messages"]] == ["m"]
+        # Deleting frees space: the next write is accepted.
+        memory_id = small.get(f"/v1/users/{user}/memories").json()[0]["id"]
+        assert small.delete(f"/v1/users/{user}/memories/{memory_id}").status_code == 200
+        assert small.post(f"/v1/users/{user}/memories", json={"text": "fits again"}).status_code == 200
 
 
 def test_oversize_body_is_refused_before_parsing(client):

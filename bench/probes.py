@@ -1,0 +1,30 @@
+"""Hostile ids and the endpoint matrix that tenant-isolation probes walk (tests and bench/reliability.py)."""
+
+from __future__ import annotations
+
+# Quotes, backslashes, newlines, unicode, path tricks, an injection attempt, too long, empty, blank.
+HOSTILE_IDS = ['x" or user_id != "', "a\\b", "q'\n", "ünï", "../etc", "x" * 200, "", " "]
+
+
+def endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
+    """Every API v1 route on one session and user: (method, path, JSON body)."""
+    return [
+        ("GET", f"/v1/sessions/{sid}", None),
+        ("GET", f"/v1/sessions/{sid}/messages", None),
+        ("POST", f"/v1/sessions/{sid}/compress", None),
+        ("POST", "/v1/context", {"user_id": user, "session_id": sid, "query": "secret"}),
+        ("GET", f"/v1/users/{user}/sessions", None),
+        ("GET", f"/v1/users/{user}/facts", None),
+        ("GET", f"/v1/users/{user}/facts/plan", None),
+        ("PUT", f"/v1/users/{user}/facts/plan", {"value": "overwritten", "category": "fact"}),
+        ("GET", f"/v1/users/{user}/facts/plan/history", None),
+        ("GET", f"/v1/users/{user}/memories", None),
+        ("POST", f"/v1/users/{user}/memories", {"text": "injected"}),
+        ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "top_k": 10}),
+        ("DELETE", f"/v1/users/{user}/facts/plan", None),
+        ("DELETE", f"/v1/users/{user}/memories/m1", None),
+        ("DELETE", f"/v1/sessions/{sid}", None),
+        # Last: a write to the same ids creates the caller's own session, in its own tenant.
+        ("POST", f"/v1/sessions/{sid}/messages", {"user_id": user, "messages": [{"role": "user", "content": "x"}]}),
+        ("DELETE", f"/v1/users/{user}", None),
+    ]
