@@ -179,23 +179,54 @@ def test_200_turn_session_fits_2048_tokens(client):
             assert item in summary, item
 
 
-async def _hammer(base_url: str, sid: str, user: str, clients: int, per_client: int, compressors: int):
+async def _hammer(base_url: str, sid: str, user: str, writers: int, per_writer: int, compressors: int):
+    """`writers` clients append `per_writer` messages each into one session while `compressors` compact it.
+
+    Every 10th message is sent again once acknowledged, as a client whose response got lost would: alone, or
+    batched with the writer's next message. Returns each writer's acknowledged seqs, what each retry got
+    back, and the compare-and-set conflicts the compressors lost."""
     conflicts = 0
     done = asyncio.Event()
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {KEY_LOCAL}"}) as http:
+    acked: dict[int, list[int]] = {}
+    retried: list[tuple[int, int, int, bool]] = []  # (writer, message, seq answered to the retry, duplicate)
+    async with httpx.AsyncClient(
+        base_url=base_url,
+        timeout=60,
+        headers={"Authorization": f"Bearer {KEY_LOCAL}"},
+        limits=httpx.Limits(max_connections=writers + compressors),
+    ) as http:
 
-        async def writer(c: int):
-            for i in range(per_client):
-                msg = {
+        async def append(messages: list[dict]) -> dict:
+            r = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": messages})
+            r.raise_for_status()
+            return r.json()
+
+        async def writer(w: int):
+            msgs = [
+                {
                     "role": "user" if i % 2 == 0 else "assistant",
-                    "content": f"client {c} message {i} ref C{c}-{i}",
-                    "id": f"c{c}-{i}",
+                    "content": f"writer {w} message {i} ref W{w}-{i}",
+                    "id": f"w{w}-{i}",
                 }
-                r = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [msg]})
-                r.raise_for_status()
-                if i % 7 == 0:  # an idempotent retry of an acknowledged write
-                    again = await http.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [msg]})
-                    assert again.json()["duplicates"] == [True]
+                for i in range(per_writer)
+            ]
+            seqs = acked[w] = []
+            i = 0
+            while i < per_writer:
+                body = await append([msgs[i]])
+                assert body["duplicates"] == [False], body
+                seqs += body["seqs"]
+                if i % 10 == 9:  # a retry of the acknowledged write
+                    if i % 20 == 19 and i + 1 < per_writer:  # ... batched with the next message
+                        body = await append([msgs[i], msgs[i + 1]])
+                        assert body["duplicates"] == [True, False], body
+                        retried.append((w, i, body["seqs"][0], True))
+                        seqs.append(body["seqs"][1])
+                        i += 1
+                    else:
+                        body = await append([msgs[i]])
+                        retried.append((w, i, body["seqs"][0], body["duplicates"][0]))
+                i += 1
 
         async def compressor():
             nonlocal conflicts
@@ -208,38 +239,68 @@ async def _hammer(base_url: str, sid: str, user: str, clients: int, per_client: 
                 await asyncio.sleep(0)
 
         compress_tasks = [asyncio.create_task(compressor()) for _ in range(compressors)]
-        await asyncio.gather(*(writer(c) for c in range(clients)))
-        done.set()
-        await asyncio.gather(*compress_tasks)
-    return conflicts
+        try:
+            await asyncio.gather(*(writer(w) for w in range(writers)))
+        finally:
+            done.set()
+            await asyncio.gather(*compress_tasks)
+    return acked, retried, conflicts
+
+
+def _pages(client, path: str, key: str | None, limit: int = 1000, **params) -> list[dict]:
+    """Every row of a paged listing: `after`/`next_after` for the log, `offset` for memories."""
+    rows: list[dict] = []
+    while True:
+        if key is None:  # offset paging
+            page = client.get(path, params={"limit": limit, "offset": len(rows), **params}).json()
+            rows += page
+            if len(page) < limit:
+                return rows
+        else:
+            body = client.get(path, params={"limit": limit, **params}).json()
+            rows += body[key]
+            if body["next_after"] is None:
+                return rows
+            params["after"] = body["next_after"]
 
 
 def test_concurrent_clients_and_compressions_lose_nothing(client, service_url):
+    """32 writers x 100 messages into one session while it is compacted and memorized: each message is
+    stored exactly once in its writer's order, seqs are gapless, a retried id gets its original seq back,
+    and the memorizer catches up with one memory per message."""
     sid, user = _sid(), _sid("user")
-    clients, per_client = 20, 20
-    conflicts = asyncio.run(_hammer(service_url, sid, user, clients, per_client, compressors=4))
-    total = clients * per_client
-    rows = []
-    after = 0
-    while True:
-        page = client.get(f"/v1/sessions/{sid}/messages", params={"after": after, "limit": 1000}).json()
-        rows += page["messages"]
-        if page["next_after"] is None:
-            break
-        after = page["next_after"]
-    assert [m["seq"] for m in rows] == list(range(1, total + 1))  # gapless, stored exactly once
-    assert len({m["id"] for m in rows}) == total
-    for c in range(clients):
-        mine = [int(m["id"].split("-")[1]) for m in rows if m["id"].startswith(f"c{c}-")]
-        assert mine == list(range(per_client))  # each client's own order kept
+    writers, per_writer = 32, 100
+    total = writers * per_writer
+    acked, retried, conflicts = asyncio.run(_hammer(service_url, sid, user, writers, per_writer, compressors=4))
+
+    rows = _pages(client, f"/v1/sessions/{sid}/messages", "messages", after=0)
+    assert [m["seq"] for m in rows] == list(range(1, total + 1))  # gapless
+    by_id = {m["id"]: m["seq"] for m in rows}
+    assert len(by_id) == total  # nothing stored twice
+    for w in range(writers):
+        mine = [m for m in rows if m["id"].startswith(f"w{w}-")]
+        assert [int(m["id"].split("-")[1]) for m in mine] == list(range(per_writer))  # each writer's order kept
+        assert [m["seq"] for m in mine] == acked[w]  # what was acknowledged is what was stored
+    assert len(retried) == writers * per_writer // 10
+    for w, i, seq, duplicate in retried:
+        assert duplicate and seq == by_id[f"w{w}-{i}"], (w, i, seq, duplicate)  # the original seq, not a new one
+
     info = client.get(f"/v1/sessions/{sid}").json()
     covers = info["covers_upto_seq"]
     assert 0 < covers < total
-    tail = client.get(f"/v1/sessions/{sid}/messages", params={"after": covers, "limit": 1000}).json()["messages"]
+    tail = _pages(client, f"/v1/sessions/{sid}/messages", "messages", after=covers)
     assert [m["seq"] for m in tail] == list(range(covers + 1, total + 1))  # summary + tail cover each seq once
     assert conflicts > 0, "the test must show concurrent compactions racing"
-    summary = page["summary"]
+    summary = client.get(f"/v1/sessions/{sid}/messages", params={"limit": 1}).json()["summary"]
     assert summary.startswith("Earlier conversation, turns 1-")
+
+    info = wait_memorized(client, sid, total, timeout_s=120)
+    assert info["memorized_upto_seq"] == total and info["message_count"] == total
+    memories = _pages(client, f"/v1/users/{user}/memories", None)
+    assert sorted(m["seq"] for m in memories) == list(range(1, total + 1))  # one memory per message
+    assert len({m["id"] for m in memories}) == total
+    text = {m["seq"]: m["content"] for m in rows}
+    assert all(m["session_id"] == sid and m["kind"] == "turn" and m["text"] == text[m["seq"]] for m in memories)
 
 
 def test_a_lost_poke_only_delays_memorization(client, backends):
