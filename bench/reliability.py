@@ -226,6 +226,10 @@ async def probes(url: str) -> dict[str, int]:
                 out["hostile_path"] += 1
                 out["hostile_5xx"] += r.status_code >= 500
                 out["hostile_accepted"] += r.status_code < 400
+                r = await b.request(method, path, json=body)  # the same from another tenant
+                out["cross_tenant"] += 1
+                out["cross_tenant_5xx"] += r.status_code >= 500
+                out["hostile_accepted"] += r.status_code < 400
             for method, path, body in endpoints("s-ok", "u-ok"):
                 if body is None:
                     continue
