@@ -6,6 +6,7 @@ from ray import serve
 from ray.util import metrics
 
 from serve_app.services.encoder import TextEncoder
+from serve_app.services.priority import lower_priority
 from serve_app.settings import Settings
 
 
@@ -13,6 +14,8 @@ from serve_app.settings import Settings
 class Embedder:
     def __init__(self, settings: dict | None = None):
         self.settings = Settings(**(settings or {}))
+        if self.settings.query_embedding == "local":  # no caller waits on this replica
+            lower_priority(self.settings.background_nice)
         self.encoder = TextEncoder(self.settings.embedding_model, int8=self.settings.embedding_int8)
         self.embed_one.set_max_batch_size(self.settings.embedder_max_batch_size)
         self.embed_one.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)

@@ -18,6 +18,7 @@ from ray.util import metrics
 from serve_app.llm.client import ChatClient, OpenAIChatClient, ServeLLMClient
 from serve_app.services.compaction import CompactionOutcome
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
+from serve_app.services.priority import lower_priority
 from serve_app.services.stores import Stores
 from serve_app.settings import Settings
 
@@ -93,6 +94,7 @@ class _Metrics:
 class Memorizer:
     async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None, llm: DeploymentHandle | None = None):
         self.settings = Settings(**(settings or {}))
+        lower_priority(self.settings.background_nice)
         self.embedder = embedder
         self.stores = await Stores.connect(self.settings)
         self.llm = make_llm_client(self.settings, llm)

@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     memorizer_sweep_interval_s: float = Field(
         0.25, gt=0, description="How often each memorizer replica reads the pending set (one ZRANGE)."
     )
+    background_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Niceness of the memorizer and embedder processes (background work), so requests win the CPU; 0 = off.",
+    )
     memorizer_poke: bool = Field(
         False,
         description="Poke the memorizer on every append (one Serve call each) instead of leaving new turns to the "
