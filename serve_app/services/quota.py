@@ -15,11 +15,10 @@ QUOTA_RETRY_AFTER_S = 3600  # space comes back only when the tenant deletes some
 
 class QuotaExceeded(RateLimited):
     def __init__(self, quota: int, used: int):
-        Exception.__init__(
-            self,
+        super().__init__(
             f"quota of {quota} stored memories reached ({used} stored); delete memories or sessions, or ask for a larger quota",
+            QUOTA_RETRY_AFTER_S,
         )
-        self.retry_after_s = QUOTA_RETRY_AFTER_S
 
 
 async def check_memory_quota(keywords: KeywordIndex, tenant: str, quota: int, adding: int) -> None:

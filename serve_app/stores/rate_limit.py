@@ -14,8 +14,10 @@ return n
 
 
 class RateLimited(Exception):
-    def __init__(self, limit: int, retry_after_s: int):
-        super().__init__(f"rate limit of {limit} messages per minute reached; retry in {retry_after_s}s")
+    """A 429: what was refused and when to try again."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
@@ -31,5 +33,6 @@ class RateLimiter:
         window = int(now // 60)
         used = int(await self._hit(keys=[f"ms:rl:{key_digest}:{window}"], args=[amount]))
         if used > limit:
-            raise RateLimited(limit, max(1, 60 - int(now % 60)))
+            retry_after_s = max(1, 60 - int(now % 60))
+            raise RateLimited(f"rate limit of {limit} messages per minute reached; retry in {retry_after_s}s", retry_after_s)
         return used

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pymilvus import AsyncMilvusClient, DataType, MilvusClient
+from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
 from serve_app.core.keywords import normalize
@@ -195,8 +196,6 @@ class VectorStore:
 
     async def _ensure_loaded(self) -> None:
         """Load the collection if Milvus has released it (a restarted Milvus Lite releases everything)."""
-        from pymilvus.client.types import LoadState
-
         state = (await self.client.get_load_state(self.collection)).get("state")
         if state != LoadState.Loaded:
             await self.client.load_collection(self.collection)
