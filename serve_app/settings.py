@@ -124,7 +124,8 @@ class Settings(BaseSettings):
         10,
         ge=0,
         le=19,
-        description="Niceness of the memorizer and embedder processes (background work), so requests win the CPU; 0 = off.",
+        description="Niceness steps the memorizer and embedder processes (background work) take below the request path, so "
+        "requests win the CPU; 0 = off.",
     )
     memorizer_poke: bool = Field(
         False,

@@ -15,15 +15,21 @@ logger = logging.getLogger("ray.serve")
 
 
 def lower_priority(niceness: int) -> int:
-    """Set every thread of this process to `niceness` (0 = leave as is); returns how many were set."""
+    """Lower every thread of this process by `niceness` steps (0 = leave as is, 19 at most);
+    returns how many were set.
+
+    Relative, not absolute: Ray starts workers at its `worker_niceness` (15 unless the environment
+    says otherwise), and an absolute 10 would have raised the background above the requests."""
     if niceness <= 0 or not os.path.isdir("/proc/self/task"):
         return 0
     changed = 0
     for tid in os.listdir("/proc/self/task"):
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
+            target = min(19, os.getpriority(os.PRIO_PROCESS, int(tid)) + niceness)
+            os.setpriority(os.PRIO_PROCESS, int(tid), target)
             changed += 1
         except OSError:  # a thread that just ended, or a lower value than allowed
             continue
-    logger.info("background process: %d threads at niceness %d", changed, niceness)
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    logger.info("background process: %d threads lowered by %d to niceness %d", changed, niceness, now)
     return changed

@@ -1,5 +1,6 @@
-"""lower_priority sets every thread of the process, and threads started later inherit it."""
+"""lower_priority lowers every thread of the process relative to where it was, and threads started later inherit it."""
 
+import os
 import subprocess
 import sys
 
@@ -17,9 +18,22 @@ print(changed, sorted(nices))
 """
 
 
+def _run_at(start: int) -> list[str]:
+    def start_nice() -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, start)
+
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, preexec_fn=start_nice)
+    return done.stdout.split()
+
+
 def test_every_thread_and_later_ones_are_lowered():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True).stdout.split()
+    out = _run_at(0)
     assert int(out[0]) >= 2 and out[1:] == ["[7]"]
+
+
+def test_lowered_relative_to_where_ray_started_the_worker():
+    assert _run_at(5)[1:] == ["[12]"]  # Ray's default worker niceness is 15: 15 + 7 caps at 19
+    assert _run_at(15)[1:] == ["[19]"]
 
 
 def test_zero_leaves_the_process_alone():
