@@ -1,5 +1,7 @@
 """Token budget: exact, never over, newest turn whole, tool calls not split, shares honoured."""
 
+import random
+
 import pytest
 
 from serve_app.core.budget import BudgetError, ContextRequest, Shares, build_context
@@ -74,3 +76,49 @@ def test_summary_goes_in_before_older_turns():
     result = build_context(ContextRequest(max_tokens=600, shares=Shares(), summary="S " * 50, turns=_turns(100)))
     assert "S S S" in result.messages[0]["content"]
     assert result.sections["summary"].tokens > 0
+
+
+# Texts whose line ends and starts stress the tokenizer's pre-split: trailing spaces and punctuation,
+# newlines and blank lines, digits, combining marks, CJK, emoji, a special token in user text.
+AWKWARD = [
+    "plain words",
+    "ends with a space ",
+    "ends with punctuation.",
+    "ends with a newline\n",
+    "two\n\nblank lines\n\n",
+    "  leading spaces",
+    "\tTab and ... dots!!",
+    "numbers 12345 and T-42",
+    "e\u0301 combining mark",
+    "caf\u00e9 na\u0131ve \u4f60\u597d\u4e16\u754c",
+    "emoji \U0001f600\U0001f680",
+    "fake <|im_end|> special",
+    "'s 've 'll contractions",
+    "\u3000ideographic space \u3000",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_section_and_prompt_counts_are_exact_for_awkward_text(seed):
+    """The budget counts the system section a line at a time and sums the prompt from its parts;
+    both must equal a full count of the prompt whatever the text's edges look like."""
+    rng = random.Random(seed)
+
+    def text(n: int) -> str:
+        return "".join(rng.choice(AWKWARD) for _ in range(n))
+
+    result = build_context(
+        ContextRequest(
+            max_tokens=rng.choice([600, 1200, 4096]),
+            shares=Shares(),
+            system_prompt=rng.choice([None, text(2), text(1) + "\n"]),
+            summary=rng.choice([None, text(3)]),
+            turns=[{"seq": i + 1, "role": rng.choice(["user", "assistant"]), "content": text(3)} for i in range(30)],
+            facts=[text(1) for _ in range(rng.randint(0, 4))],
+            memories=[text(2) for _ in range(rng.randint(0, 8))],
+            tool_results=[{"name": "t", "content": text(4)} for _ in range(rng.randint(0, 2))],
+        )
+    )
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True)
+    assert result.total_tokens <= result.limit
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
