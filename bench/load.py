@@ -10,8 +10,8 @@ workers (each sends its next request when the previous one answered). Append wri
 another user, so context builds always read the prepared 50-turn sessions and recall from the
 same `--memories`; after each window the run waits until the memorizer has caught up with every
 turn it appended (and prints how long that took), so no window is timed against the previous
-one's backlog. The client is aiohttp: httpx
-spent about 2 ms of CPU per request at concurrency 32, a core of the two the service runs on.
+one's backlog. The client is aiohttp: httpx spent about 2 ms of CPU per request at concurrency 32,
+a core of the two the service runs on.
 
 Prints absolute figures, each scenario's ratio to the floor, and to the sum of its parts measured
 alone by `bench.components` (run that first), then checks the targets of the load issue. Writes
