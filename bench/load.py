@@ -14,8 +14,10 @@ one's backlog. The client is aiohttp: httpx spent about 2 ms of CPU per request 
 a core of the two the service runs on.
 
 Prints absolute figures, each scenario's ratio to the floor, and to the sum of its parts measured
-alone by `bench.components` (run that first), then checks the targets of the load issue. Writes
-JSON and a PNG (latency percentiles and throughput per scenario).
+alone by `bench.components` (run that first), then checks the targets of the load issue. With the
+service's `--data-dir` it also prints, per window, the CPU each request cost in each process group
+(Ingress, Embedder, Milvus Lite, ..., this client) and how busy the machine was: the process near a
+full core is the bottleneck. Writes JSON and a PNG (latency percentiles and throughput per scenario).
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ import asyncio
 import json
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import httpx
+import psutil
 from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
 from bench.locomo_data import questions_of, turns_of
+from bench.memory import GROUPS, group_of, service_processes
 from bench.search_latency import store_memories
 
 CONCURRENCY = (1, 8, 32)
@@ -154,6 +159,33 @@ def component_sums(components: dict) -> dict[str, float]:
     return {"append": p50("store message"), "context": context, "agent_loop": context + 2 * p50("store message")}
 
 
+CLIENT = "load client (this process)"
+INGRESS = dict(GROUPS)["Ingress"]
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each group of the service's processes, and by
+    this client: the difference over a window says where each request's CPU went."""
+    totals: dict[str, float] = defaultdict(float)
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        totals[group_of(proc)] += times.user + times.system
+    own = psutil.Process().cpu_times()
+    totals[CLIENT] = own.user + own.system
+    return dict(totals)
+
+
+def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int, seconds: float) -> dict:
+    used = {group: after[group] - before.get(group, 0.0) for group in after}
+    return {
+        "machine_busy": sum(used.values()) / (seconds * (psutil.cpu_count() or 1)),
+        "ms_per_request": {g: 1000 * v / max(1, requests) for g, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0},
+    }
+
+
 async def main_async(args) -> tuple[dict, dict]:
     turns, queries = [], []
     for path in sorted(args.data.glob("*.json")):
@@ -173,6 +205,7 @@ async def main_async(args) -> tuple[dict, dict]:
         sessions = await prepare_sessions(client, user, max(CONCURRENCY), turns)
     with httpx.Client(base_url=args.url, timeout=120, headers=headers) as sync:
         wait_memorized(sync, {s: 50 for s in sessions})  # or the floor is timed while they are embedded
+    procs = service_processes(args.data_dir) if args.data_dir else []
     connector = aiohttp.TCPConnector(limit=max(CONCURRENCY) + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(args.url, connector=connector, timeout=timeout, headers=headers) as client:
@@ -181,7 +214,12 @@ async def main_async(args) -> tuple[dict, dict]:
         for scenario, concurrency in tqdm(steps, desc="scenarios", unit="window"):
             op = getattr(load, scenario)
             await run_window(op, concurrency, args.warmup)
-            results[f"{scenario}@{concurrency}"] = (await run_window(op, concurrency, args.seconds)).figures()
+            before = cpu_seconds(procs)
+            window = await run_window(op, concurrency, args.seconds)
+            figures = window.figures()
+            if procs:
+                figures["cpu"] = cpu_per_request(before, cpu_seconds(procs), figures["requests"], window.seconds)
+            results[f"{scenario}@{concurrency}"] = figures
             if load.appended:  # each window starts from a caught-up memorizer
                 started = time.perf_counter()
                 with httpx.Client(base_url=args.url, timeout=120, headers=headers) as sync:
@@ -229,12 +267,34 @@ def report(results: dict, components: dict | None) -> dict:
                 "at_least": True,
             },
         }
+        # What the append bounds leave room for, from figures measured here (not assumed).
+        write = part("store message")["p50_ms"]
+        checks["append@1 p50 <= 1.3 x floor p50"]["note"] = (
+            f"the floor plus one durable session-log write measured alone is {floor1['p50_ms'] + write:.2f} ms"
+        )
+        ingress = {k: results[k].get("cpu", {}).get("ms_per_request", {}).get(INGRESS) for k in ("append@32", "floor@32")}
+        if None not in ingress.values():
+            checks["append@32 throughput >= 70% of the floor's"]["note"] = (
+                f"Ingress CPU per request: {ingress['append@32']:.2f} ms for an append, {ingress['floor@32']:.2f} ms for a no-op"
+            )
         print("\ntargets")
         for name, check in checks.items():
             met = check["value"] >= check["bound"] if check.get("at_least") else check["value"] <= check["bound"]
             check["met"] = met
-            print(f"  {'met ' if met else 'MISS'} {name}: {check['value']:.1f} vs {check['bound']:.1f}")
+            note = f" ({check['note']})" if "note" in check else ""
+            print(f"  {'met ' if met else 'MISS'} {name}: {check['value']:.1f} vs {check['bound']:.1f}{note}")
     return checks
+
+
+def report_cpu(results: dict, top: int = 5) -> None:
+    """Where each window's CPU went, per request: the bottleneck process is the one near a core."""
+    rows = {k: v["cpu"] for k, v in results.items() if "cpu" in v}
+    if not rows:
+        return
+    print("\nCPU ms per request by process (machine busy = share of all cores over the window)")
+    for key, cpu in rows.items():
+        parts = " | ".join(f"{g} {ms:.2f}" for g, ms in list(cpu["ms_per_request"].items())[:top])
+        print(f"  {key:<15} busy {100 * cpu['machine_busy']:3.0f}%  {parts}")
 
 
 def plot(results: dict, path: Path) -> None:
@@ -274,6 +334,12 @@ def main() -> None:
         help=f"Comma-separated subset of {','.join(SCENARIOS)}.",
     )
     parser.add_argument("--components", type=Path, default=Path("bench/out/components.json"))
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".memserve"),
+        help="The service's --data-dir: its processes' CPU per request is reported per window ('' to skip).",
+    )
     parser.add_argument("--json", dest="json_out", default="bench/out/load.json")
     args = parser.parse_args()
     results, settled = asyncio.run(main_async(args))
@@ -282,6 +348,7 @@ def main() -> None:
     components = json.loads(args.components.read_text()) if args.components.exists() else None
     if components is None:
         print(f"(no {args.components}: run bench.components first for the ratios to the parts)")
+    report_cpu(results)
     checks = report(results, components)
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
