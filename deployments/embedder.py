@@ -14,9 +14,11 @@ from serve_app.settings import Settings
 class Embedder:
     def __init__(self, settings: dict | None = None):
         self.settings = Settings(**(settings or {}))
-        if self.settings.query_embedding == "local":  # no caller waits on this replica
+        queries_here = self.settings.query_embedding == "deployment"
+        if not queries_here:  # no caller waits on this replica
             lower_priority(self.settings.background_nice)
-        self.encoder = TextEncoder(self.settings.embedding_model, int8=self.settings.embedding_int8)
+        # The traced one-text path (~20 MiB) only where queries are embedded: the memorizer sends batches.
+        self.encoder = TextEncoder(self.settings.embedding_model, int8=self.settings.embedding_int8, trace_single=queries_here)
         self.embed_one.set_max_batch_size(self.settings.embedder_max_batch_size)
         self.embed_one.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)
         self.batch_size = metrics.Histogram(
