@@ -26,7 +26,7 @@ from serve_app.core.compression import SummaryState, extractive_summary, plan_co
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.services.compaction import history_tokens
-from serve_app.services.encoder import TextEncoder
+from serve_app.services.query_encoder import query_embedder
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
@@ -66,7 +66,7 @@ async def run(args) -> dict:
         facts = await FactStore.connect(env["POSTGRES_DSN"])
         vectors = await asyncio.to_thread(VectorStore, env["MILVUS_URI"], "bench", 384)
         keywords = KeywordIndex(facts.pool)
-        encoder = TextEncoder(threads=1, int8=Settings().embedding_int8)  # as the ingress embeds queries
+        encoder = query_embedder(int8=Settings().embedding_int8)  # as the ingress embeds queries
         words = [t.split()[0] for t in _VOCABULARY.split(",")]
 
         user = "bench-user"

@@ -20,6 +20,7 @@ TRACE_PROBES = (
     "hi",
     "When did Caroline go to the LGBTQ support group, and what did she say about it afterwards?",
     "Der Bär aß 3 Äpfel — 東京で会いましょう 🙂",
+    "  spaces around, and a tab\t",
     "a long text that the tokenizer has to cut " * 60,
 )
 TRACE_TOLERANCE = 1e-5  # largest difference per vector component (they are float32, unit length)
