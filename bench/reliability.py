@@ -44,6 +44,7 @@ from serve_app.serving import deploy_config, load_serve_config, ray_temp_dir, st
 KEY_A, KEY_B = "reliability-key-a-0123456789", "reliability-key-b-0123456789"
 RETRY_CAP_S = 0.5  # clients honour Retry-After up to this, to keep the run short
 GIVE_UP_S = 120.0  # a request still failing after this long is reported as never succeeding
+KILL_NOTICE_S = 1.0  # an attempt sent this soon after a kill may still reach the killed process
 SECRET = "the vault code is 7731-SECRET"
 
 
@@ -74,6 +75,7 @@ class Ledger:
     session_user: dict[str, str] = field(default_factory=dict)
     facts: dict[tuple[str, str], str] = field(default_factory=dict)  # (user, key) -> last value
     memories: dict[str, set[str]] = field(default_factory=dict)  # user -> memory ids
+    acked_at: dict[str, float] = field(default_factory=dict)  # memory id -> when acknowledged (monotonic)
 
     def count(self) -> dict[str, int]:
         return {
@@ -92,7 +94,9 @@ class Harness:
         self.stop = asyncio.Event()
 
     def _spans_kill(self, started: float, ended: float) -> bool:
-        return any(started - 0.05 <= k <= ended + 0.05 for k in self.kills)
+        """The attempt was cut by a kill: sent before it, or so soon after that the load balancer
+        still routed it to the killed process (HAProxy takes a dead replica out within ~0.5 s)."""
+        return any(started - KILL_NOTICE_S <= k <= ended + 0.05 for k in self.kills)
 
     async def call(self, client: httpx.AsyncClient, op: str, method: str, path: str, body: Any = None) -> httpx.Response | None:
         """Send until success, as a well-behaved client does; classify every failed attempt."""
@@ -176,6 +180,7 @@ class Harness:
                     r = await self.call(client, "memory", "POST", f"/v1/users/{user}/memories", body)
                     if r is not None:
                         self.ledger.memories.setdefault(user, set()).add(memory_id)
+                        self.ledger.acked_at[memory_id] = time.monotonic()
 
 
 async def _list_memories(client: httpx.AsyncClient, user: str, timeout_s: float = 60) -> list[dict]:
@@ -310,7 +315,7 @@ async def verify(url: str, ledger: Ledger, timeout_s: float = 300) -> dict[str, 
             present = {r["id"] for r in vectors.get(user) or await _list_memories(client, user)}
             missing = ids - present
             lost["memories"] += len(missing)
-            detail.extend(f"memory {user}/{m} missing" for m in sorted(missing)[:5])
+            detail.extend(f"memory {user}/{m} missing (acknowledged at {ledger.acked_at[m]:.2f})" for m in sorted(missing)[:5])
     return {"lost": dict(lost), "lost_total": sum(lost.values()), "detail": detail[:20]}
 
 
@@ -328,11 +333,12 @@ class Faults:
                 for i in range(self.args.clients):
                     before[f"user-{i}"] = {r["id"] for r in await _list_memories(client, f"user-{i}")}
         self.kills.append(time.monotonic())
+        killed_at = self.kills[-1]
         await asyncio.to_thread(self.backends.backends[name].kill)
         await asyncio.sleep(self.args.down_s)
         restarting = time.monotonic()
         await asyncio.to_thread(self.backends.restart, name)
-        result: dict[str, Any] = {"fault": f"kill -9 {name}, restart", "down_s": self.args.down_s}
+        result: dict[str, Any] = {"fault": f"kill -9 {name}, restart", "at": round(killed_at, 2), "down_s": self.args.down_s}
         result["restart_s"] = round(time.monotonic() - restarting, 2)
         result["healthy_after_s"] = round(await _wait_healthy(self.url), 2)
         if name == "milvus":
@@ -380,6 +386,7 @@ class Faults:
         self.results.append(
             {
                 "fault": "ray.kill an Ingress replica (of 2)",
+                "at": round(self.kills[-1], 2),
                 "healthy_after_s": round(healthy, 2),
                 "replaced_after_s": round(time.monotonic() - started, 2),
                 "replicas_running": states.get("RUNNING", 0),
