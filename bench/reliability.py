@@ -44,6 +44,7 @@ from serve_app.serving import deploy_config, load_serve_config, ray_temp_dir, st
 KEY_A, KEY_B = "reliability-key-a-0123456789", "reliability-key-b-0123456789"
 RETRY_CAP_S = 0.5  # clients honour Retry-After up to this, to keep the run short
 GIVE_UP_S = 120.0  # a request still failing after this long is reported as never succeeding
+REPAIR_WAIT_S = 60.0  # for the memorizer to re-embed what a killed Milvus Lite lost
 KILL_NOTICE_S = 1.0  # an attempt sent this soon after a kill may still reach the killed process
 SECRET = "the vault code is 7731-SECRET"
 
@@ -342,12 +343,25 @@ class Faults:
         result["restart_s"] = round(time.monotonic() - restarting, 2)
         result["healthy_after_s"] = round(await _wait_healthy(self.url), 2)
         if name == "milvus":
+            # Milvus Lite may lose what it acknowledged just before the kill; the memorizer re-embeds
+            # it from PostgreSQL (vector_repair). Count what is missing until the repair is done.
             async with httpx.AsyncClient(base_url=self.url, timeout=60, headers={"X-API-Key": KEY_A}) as client:
-                missing = 0
-                for user, ids in before.items():
-                    missing += len(ids - {r["id"] for r in await _list_memories(client, user)})
+
+                async def missing() -> int:
+                    gone = 0
+                    for user, ids in before.items():
+                        gone += len(ids - {r["id"] for r in await _list_memories(client, user)})
+                    return gone
+
+                repairing = time.monotonic()
+                result["vectors_missing_at_restart"] = left = await missing()
+                while left and time.monotonic() - repairing < REPAIR_WAIT_S:
+                    await asyncio.sleep(1.0)
+                    left = await missing()
+                if result["vectors_missing_at_restart"]:
+                    result["repaired_after_s"] = round(time.monotonic() - repairing, 2)
             result["vectors_before_kill"] = sum(len(v) for v in before.values())
-            result["vectors_missing_after"] = missing
+            result["vectors_missing_after"] = left
         self.results.append(result)
         await asyncio.sleep(self.args.steady_s)
 

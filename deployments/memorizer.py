@@ -17,6 +17,7 @@ from ray.util import metrics
 
 from serve_app.llm.client import ChatClient, OpenAIChatClient, ServeLLMClient
 from serve_app.services.compaction import CompactionOutcome
+from serve_app.services.memories import repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
 from serve_app.services.priority import lower_priority
 from serve_app.services.stores import Stores
@@ -58,6 +59,9 @@ class _Metrics:
         self.rejects = metrics.Counter("memserve_extraction_rejects", "Extracted facts rejected by validation.")
         self.extraction_failures = metrics.Counter("memserve_extraction_failures", "Extraction calls that failed.")
         self.redone = metrics.Counter("memserve_summary_redone", "Degraded checkpoints rebuilt by the LLM.")
+        self.repaired = metrics.Counter(
+            "memserve_vectors_repaired", "Vectors re-embedded from PostgreSQL after a Milvus restart had lost them."
+        )
         self.lag = metrics.Histogram(
             "memserve_memorization_lag_seconds",
             "From a session's oldest unmemorized turn to the end of the pass that memorized it.",
@@ -105,6 +109,8 @@ class Memorizer:
         self.metrics = _Metrics()
         self.unflushed = False
         self.last_flush = time.monotonic()
+        self.repaired_reloads: int | None = None  # None: repair once at start (Milvus may have restarted meanwhile)
+        self.repair: asyncio.Task | None = None
         self.sweeper = asyncio.create_task(self._sweep_forever())
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -173,8 +179,26 @@ class Memorizer:
                     if key not in self.running and self.not_before.get(key, (0.0, 0.0))[0] <= now:
                         self._schedule(tenant, session)
                 await self._flush_if_due(now)
+                await self._repair_if_reloaded()
             except Exception:
                 logger.exception("memorizer sweep failed; retrying next interval")
+
+    async def _repair_if_reloaded(self) -> None:
+        """After Milvus restarted (a replica found the collection released), re-embed what it lost."""
+        if not self.settings.vector_repair or (self.repair is not None and not self.repair.done()):
+            return
+        reloads = await self.stores.milvus_reloads()
+        if reloads != self.repaired_reloads:
+            self.repair = asyncio.create_task(self._repair(reloads))
+
+    async def _repair(self, reloads: int) -> None:
+        try:
+            repaired = await repair_vectors(self.stores, self._embed)
+            _add(self.metrics.repaired, repaired)
+            self.repaired_reloads = reloads
+            self.unflushed = self.unflushed or repaired > 0
+        except Exception:
+            logger.exception("vector repair failed; the next sweep retries")
 
     async def _flush_if_due(self, now: float) -> None:
         interval = self.settings.milvus_flush_interval_s

@@ -133,6 +133,11 @@ class Settings(BaseSettings):
         "sweep. Off: appends touch only Redis, and turns arriving within one sweep interval are embedded together.",
     )
     memorizer_batch_size: int = Field(64, ge=1)
+    vector_repair: bool = Field(
+        True,
+        description="After Milvus restarts (and once when the memorizer starts), re-embed every memory PostgreSQL holds "
+        "and Milvus lacks: Milvus Lite loses writes it acknowledged shortly before a crash.",
+    )
 
     llm_mode: Literal["none", "openai", "ray-serve-llm"] = Field(
         "none",

@@ -11,6 +11,8 @@ from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import VectorStore
 
+MILVUS_RELOADS_KEY = "ms:milvus:reloads"
+
 
 @dataclass
 class Stores:
@@ -39,7 +41,13 @@ class Stores:
                 )
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
+        # Every replica that finds the collection released (Milvus restarted) counts it in Redis: the
+        # memorizer repairs the vectors a restarted Milvus Lite lost (services/memories.repair_vectors).
+        vectors.on_reload = lambda: log.redis.incr(MILVUS_RELOADS_KEY)
         return cls(log, facts, vectors, KeywordIndex(facts.pool))
+
+    async def milvus_reloads(self) -> int:
+        return int(await self.log.redis.get(MILVUS_RELOADS_KEY) or 0)
 
     async def close(self) -> None:
         await asyncio.gather(self.log.close(), self.facts.close(), self.vectors.close(), return_exceptions=True)

@@ -119,6 +119,17 @@ class KeywordIndex:
         rows = await self.pool.fetch(_SEARCH, tenant, user, unique, limit, BM25_K1, BM25_B)
         return [_hit(r) for r in rows]
 
+    async def users(self) -> list[tuple[str, str]]:
+        """Every (tenant, user) with a memory."""
+        rows = await self.pool.fetch("SELECT DISTINCT tenant_id, user_id FROM memory_keywords ORDER BY 1, 2")
+        return [(r["tenant_id"], r["user_id"]) for r in rows]
+
+    async def memory_ids(self, tenant: str, user: str) -> list[str]:
+        rows = await self.pool.fetch(
+            "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 ORDER BY memory_id", tenant, user
+        )
+        return [r["memory_id"] for r in rows]
+
     async def count(self, tenant: str) -> int:
         """Memories the tenant stores (every memory has exactly one row here): what quotas count."""
         return int(await self.pool.fetchval("SELECT count(*) FROM memory_keywords WHERE tenant_id = $1", tenant))

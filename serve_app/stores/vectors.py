@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 DEFAULT_PARTITIONS = 64
 HNSW_EF = 128
 T = TypeVar("T")
+logger = logging.getLogger("ray.serve")
 
 
 def _is_released(exc: MilvusException) -> bool:
@@ -167,6 +169,17 @@ class VectorStore:
         self.client = AsyncMilvusClient(uri=uri, token=token)
         self.collection = collection
         self.dim = dim
+        # Called after this client loaded a released collection: Milvus restarted, and Milvus Lite
+        # loses the writes it had acknowledged but not yet persisted (services/memories.repair_vectors).
+        self.on_reload: Callable[[], Awaitable[None]] | None = None
+
+    async def _load(self) -> None:
+        await self.client.load_collection(self.collection)
+        if self.on_reload is not None:
+            try:
+                await self.on_reload()
+            except Exception as exc:  # the signal is best effort; the load itself succeeded
+                logger.warning("reload signal failed: %r", exc)
 
     def partition(self, tenant: str, user: str) -> str:
         return partition_of(tenant, user, self.partitions)
@@ -182,7 +195,7 @@ class VectorStore:
         except MilvusException as exc:
             if not _is_released(exc):
                 raise
-            await self.client.load_collection(self.collection)
+            await self._load()
             return await read()
 
     async def ping(self) -> bool:
@@ -198,7 +211,7 @@ class VectorStore:
         """Load the collection if Milvus has released it (a restarted Milvus Lite releases everything)."""
         state = (await self.client.get_load_state(self.collection)).get("state")
         if state != LoadState.Loaded:
-            await self.client.load_collection(self.collection)
+            await self._load()
 
     async def upsert(self, rows: list[MemoryRow]) -> int:
         """Rows grouped by partition; an upsert replaces the row with the same id (a retry).
@@ -230,6 +243,14 @@ class VectorStore:
             )
         )
         return set(ids) - {str(r["id"]) for r in found}
+
+    async def missing(self, tenant: str, user: str, ids: list[str], chunk: int = 1000) -> set[str]:
+        """Which of the user's memory ids Milvus does not hold."""
+        partition = self.partition(tenant, user)
+        gone: set[str] = set()
+        for start in range(0, len(ids), chunk):
+            gone |= await self._missing(partition, ids[start : start + chunk])
+        return gone
 
     async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
         return await self._loaded(
