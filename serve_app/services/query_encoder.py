@@ -2,8 +2,8 @@
 
 The ingress embeds each recall query itself (no Serve hop on the recall path). Doing that through
 sentence-transformers imports transformers too: the ingress replica's PSS was 572 MiB idle with
-it and is 413 MiB without (bench/memory.py), for one forward pass per query. Here a subprocess builds, once per
-machine and model, a TorchScript trace of the same transformer (`TextEncoder.traced`) with the eager
+it and is 413 MiB without (bench/memory.py), for one forward pass per query. Here a subprocess
+builds, once per machine and model, a TorchScript trace of the same transformer (`TextEncoder.traced`) with the eager
 model's vectors for probe texts; the ingress loads it with `torch.jit.load`, tokenizes with the
 model's own `tokenizer.json` (the `tokenizers` library sentence-transformers uses), mean-pools and
 normalizes, and refuses the artifact unless it reproduces every probe vector. Anything unexpected
