@@ -25,13 +25,14 @@ from bench.common import percentile
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.encoding.query import load_query_encoder
 from serve_app.services.compaction import history_tokens
-from serve_app.services.query_encoder import query_embedder
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
-from serve_app.stores.vectors import MemoryRow, VectorStore
+from serve_app.core.records import MemoryRow
+from serve_app.stores.vectors import VectorStore
 
 # Stemmed-looking words for the keyword index: frequencies vary, like a real conversation's.
 _VOCABULARY = (
@@ -66,7 +67,7 @@ async def run(args) -> dict:
         facts = await FactStore.connect(env["POSTGRES_DSN"])
         vectors = await asyncio.to_thread(VectorStore, env["MILVUS_URI"], "bench", 384)
         keywords = KeywordIndex(facts.pool)
-        encoder = query_embedder(int8=Settings().embedding_int8)  # as the ingress embeds queries
+        encoder = load_query_encoder(int8=Settings().embedding_int8)  # as the ingress embeds queries
         words = [t.split()[0] for t in _VOCABULARY.split(",")]
 
         user = "bench-user"

@@ -29,10 +29,10 @@ from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.ranking import FusionParams, Scored, fuse
 from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
-from serve_app.services.encoder import TextEncoder
-from serve_app.services.stores import Stores
+from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.settings import Settings
-from serve_app.stores.vectors import Hit, MemoryRow
+from serve_app.stores.bundle import Stores
+from serve_app.core.records import Hit, MemoryRow
 
 K = 10
 CANDIDATES = 50
@@ -73,7 +73,7 @@ def keyword_text(turns: list[Turn], index: int, variant: Variant | None) -> str:
     )
 
 
-async def index_and_search(files: list[Path], variants: list[Variant], encoder: TextEncoder, env: dict) -> list[Conversation]:
+async def index_and_search(files: list[Path], variants: list[Variant], encoder: SentenceEncoder, env: dict) -> list[Conversation]:
     """Dense rows under tenant `bench`; each keyword variant is indexed under a tenant of its own."""
     stores = await Stores.connect(Settings(**env, milvus_collection="tune"))
     conversations = []
@@ -188,7 +188,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         backends = EmbeddedBackends(Path(tmp), Ports.free()).start()
         try:
-            convs = asyncio.run(index_and_search(files, variants, TextEncoder(int8=settings.embedding_int8), backends.env))
+            convs = asyncio.run(index_and_search(files, variants, SentenceEncoder(int8=settings.embedding_int8), backends.env))
         finally:
             backends.stop()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ray import serve
 from ray.util import metrics
 
-from serve_app.services.encoder import TextEncoder
-from serve_app.services.priority import lower_priority
+from serve_app.encoding.sentence import SentenceEncoder
+from serve_app.runtime.priority import lower_priority
 from serve_app.settings import Settings
 
 
@@ -17,8 +17,10 @@ class Embedder:
         queries_here = self.settings.query_embedding == "deployment"
         if not queries_here:  # no caller waits on this replica
             lower_priority(self.settings.background_nice)
-        # The traced one-text path (~20 MiB) only where queries are embedded: the memorizer sends batches.
-        self.encoder = TextEncoder(self.settings.embedding_model, int8=self.settings.embedding_int8, trace_single=queries_here)
+        # The traced one-text path costs memory: only where queries are embedded (the memorizer sends batches).
+        self.encoder = SentenceEncoder(
+            self.settings.embedding_model, int8=self.settings.embedding_int8, trace_single=queries_here
+        )
         self.embed_one.set_max_batch_size(self.settings.embedder_max_batch_size)
         self.embed_one.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)
         self.batch_size = metrics.Histogram(

@@ -16,12 +16,12 @@ from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
 from serve_app.llm.client import ChatClient, OpenAIChatClient, ServeLLMClient
+from serve_app.runtime.priority import lower_priority
 from serve_app.services.compaction import CompactionOutcome
 from serve_app.services.memories import repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
-from serve_app.services.priority import lower_priority
-from serve_app.services.stores import Stores
 from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
 
 logger = logging.getLogger("ray.serve")
 MAX_BACKOFF_S = 60.0

@@ -14,6 +14,7 @@ import typer
 
 from serve_app.core.auth import hash_key, is_loopback, new_key
 from serve_app.embedded.launchers import EmbeddedBackends, LaunchError, Ports
+from serve_app.runtime.processes import pid_alive
 from serve_app.settings import Settings
 
 cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM agents on Ray Serve.")
@@ -47,7 +48,8 @@ def up(
     ),
 ) -> None:
     """Start the backends and the Serve app; stop everything on Ctrl-C or SIGTERM."""
-    from serve_app.serving import ConfigError, deploy_config, load_serve_config, ray_temp_dir, start_ray
+    from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
+    from serve_app.deploy.serve_config import ConfigError, load_serve_config
 
     started = time.monotonic()
     data_dir = data_dir.resolve()
@@ -70,7 +72,7 @@ def up(
     use_embedded = embedded if embedded is not None else not all(os.environ.get(v) for v in EXTERNAL_VARS)
     run_dir = _run_dir(data_dir)
     pid_file = run_dir / "memserve.pid"
-    if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
+    if pid_file.exists() and pid_alive(int(pid_file.read_text() or 0)):
         _say(f"error: memserve is already running on {data_dir} (pid {pid_file.read_text()}); run memserve down")
         raise typer.Exit(1)
     pid_file.write_text(str(os.getpid()))
@@ -148,18 +150,6 @@ def _shutdown_ray() -> None:
         print(f"warning: ray shutdown: {exc}", file=sys.stderr)
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 @cli.command()
 def down(
     data_dir: Path = typer.Option(Path(".memserve"), help="The data dir `memserve up` was started with."),
@@ -172,10 +162,10 @@ def down(
     run_dir = _run_dir(data_dir)
     pid_file = run_dir / "memserve.pid"
     pid = int(pid_file.read_text() or 0) if pid_file.exists() else 0
-    if _alive(pid):
+    if pid_alive(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
     leftovers = []
     backends_file = run_dir / "backends.json"
@@ -187,11 +177,11 @@ def down(
                 leftovers.append(proc.info["pid"])
         except (psutil.Error, OSError):
             continue
-    if _alive(pid):
+    if pid_alive(pid):
         leftovers.append(pid)
     killed = 0
     for leftover in set(leftovers):
-        if _alive(leftover):
+        if pid_alive(leftover):
             try:
                 os.kill(leftover, signal.SIGKILL)
                 killed += 1

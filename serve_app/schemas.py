@@ -9,13 +9,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serve_app.core.budget import BudgetShares
 from serve_app.core.ids import ID_PATTERN
-from serve_app.settings import BudgetShares
+from serve_app.core.records import FactCategory
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_MESSAGES_PER_REQUEST = 100
 Role = Literal["system", "user", "assistant", "tool"]
-Category = Literal["preference", "fact", "decision", "task"]
 Id = Field(pattern=ID_PATTERN, min_length=1, max_length=128)
 
 
@@ -230,7 +230,7 @@ class ContextUsage(BaseModel):
 class FactOut(BaseModel):
     key: str
     value: str
-    category: Category
+    category: FactCategory
     source_session: str | None
     source_seqs: list[int]
     valid_from: datetime
@@ -280,7 +280,7 @@ class UserSessions(BaseModel):
 
 class FactIn(Strict):
     value: StorableText = Field(min_length=1, max_length=4096)
-    category: Category = "fact"
+    category: FactCategory = "fact"
     source_session: str | None = Field(None, pattern=ID_PATTERN)
     source_seqs: list[Seq] = Field(default_factory=list, max_length=256)
 

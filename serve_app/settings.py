@@ -7,27 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-class BudgetShares(BaseModel):
-    """Share of `max_tokens` per prompt section (DESIGN.md); what a section leaves unused goes to history."""
-
-    model_config = {"extra": "forbid"}
-
-    system: float = Field(0.06, ge=0, le=1)
-    memory: float = Field(0.12, ge=0, le=1, description="Recalled memories and user facts.")
-    history: float = Field(0.62, ge=0, le=1, description="Session summary and recent turns.")
-    tools: float = Field(0.12, ge=0, le=1)
-    output: float = Field(0.06, ge=0, le=1, description="Reserved for the model's answer.")
-
-    @model_validator(mode="after")
-    def _sum_at_most_one(self) -> BudgetShares:
-        total = self.system + self.memory + self.history + self.tools + self.output
-        if total > 1.0 + 1e-9:
-            raise ValueError(f"budget shares add up to {total:.3f}, more than 1")
-        return self
+from serve_app.core.budget import BudgetShares
 
 
 class Settings(BaseSettings):
@@ -84,16 +67,16 @@ class Settings(BaseSettings):
     embedding_dim: int = 384
     embedding_int8: bool = Field(
         True,
-        description="Dynamic int8 quantization of the model's Linear layers: queries embed in ~3.5 ms instead of ~9 ms "
-        "on CPU, for recall@10 0.768 instead of 0.771 on LoCoMo (bench/recall_tune.py). Applies to documents and "
-        "queries alike; changing it on a filled store mixes the two kinds of vectors.",
+        description="Dynamic int8 quantization of the model's Linear layers: faster on CPU for about the same recall "
+        "(README, bench/recall_tune.py). Applies to documents and queries alike; changing it on a filled store mixes "
+        "the two kinds of vectors.",
     )
     embedder_max_batch_size: int = Field(32, ge=1, description="Concurrent single texts encoded in one forward pass.")
     embedder_batch_wait_s: float = Field(
         0.01,
         ge=0,
-        description="How long a batch waits to fill. 10 ms: 3.1x the unbatched throughput at concurrency 32, p50 21 ms "
-        "alone (bench/embedder_batching.py); queries skip it when query_embedding is local.",
+        description="How long a batch of concurrent single texts waits to fill (bench/embedder_batching.py); queries "
+        "skip it when query_embedding is local.",
     )
 
     recall_top_k: int = Field(8, ge=0, le=100)

@@ -10,9 +10,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from serve_app.core.ids import validate_id
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the tenant comes from the API key, never from the request body."""
+
+    tenant: str
+    key_digest: str
 
 
 def hash_key(key: str) -> str:

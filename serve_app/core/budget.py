@@ -11,8 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from serve_app.core import tokenizer
 from serve_app.core.tokenizer import count_block, count_tokens
+from serve_app.errors import BudgetError
 
 FACTS_HEADER = "\n\n# Known facts about the user"
 MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
@@ -21,21 +24,24 @@ TOOLS_HEADER = "\n\n# Tool results\n"
 MIN_TRUNCATED_TOOL_TOKENS = 16
 
 
-class BudgetError(ValueError):
-    """What must be in the prompt does not fit; carries the counts for a 422."""
+class BudgetShares(BaseModel):
+    """Share of `max_tokens` per prompt section; what a section leaves unused goes to history.
+    The one definition: settings, requests and the builder all use it."""
 
-    def __init__(self, message: str, counts: dict[str, int]):
-        super().__init__(message)
-        self.counts = counts
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
+    system: float = Field(0.06, ge=0, le=1)
+    memory: float = Field(0.12, ge=0, le=1, description="Recalled memories and user facts.")
+    history: float = Field(0.62, ge=0, le=1, description="Session summary and recent turns.")
+    tools: float = Field(0.12, ge=0, le=1)
+    output: float = Field(0.06, ge=0, le=1, description="Reserved for the model's answer.")
 
-@dataclass(frozen=True)
-class Shares:
-    system: float = 0.06
-    memory: float = 0.12
-    history: float = 0.62
-    tools: float = 0.12
-    output: float = 0.06
+    @model_validator(mode="after")
+    def _sum_at_most_one(self) -> BudgetShares:
+        total = self.system + self.memory + self.history + self.tools + self.output
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"budget shares add up to {total:.3f}, more than 1")
+        return self
 
 
 @dataclass
@@ -43,7 +49,7 @@ class ContextRequest:
     """Everything the builder needs, already fetched. `turns` are after the checkpoint, oldest first."""
 
     max_tokens: int
-    shares: Shares
+    shares: BudgetShares
     system_prompt: str | None = None
     reserve_output: int | None = None
     summary: str | None = None

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serve_app.runtime.processes import pid_alive
+
 LOOPBACK = "127.0.0.1"
 PG_SYSTEM_USER = "embedded_postgres"  # PostgreSQL refuses to run as root
 
@@ -191,7 +193,7 @@ def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
             **owner,
         )
     stale = pgdata / "postmaster.pid"
-    if stale.exists() and not _pid_alive(_first_line_int(stale)):
+    if stale.exists() and not pid_alive(_first_line_int(stale)):
         stale.unlink()
     argv = [
         _pg_bin("postgres"),
@@ -210,8 +212,9 @@ def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
         "-c",
         "max_connections=100",
         "-c",
-        # The default 128 MB is touched page by page and counted in the service's resident memory;
-        # 4 x 10k memories' keyword index fits in 32 MB with the OS cache behind it (BM25 p50 the same).
+        # The default buffer pool is touched page by page and counted in the service's resident memory;
+        # the keyword index of the embedded profile fits a small pool with the OS cache behind it
+        # (README: BM25 latency the same).
         "shared_buffers=32MB",
     ]
     log_path = data_dir / "logs" / "postgres.log"
@@ -227,18 +230,6 @@ def _first_line_int(path: Path) -> int:
         return int(path.read_text().split("\n", 1)[0].strip())
     except (OSError, ValueError):
         return 0
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def start_milvus(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:

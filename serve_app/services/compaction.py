@@ -8,19 +8,12 @@ from dataclasses import dataclass
 from serve_app.core.budget import group_blocks
 from serve_app.core.compression import SummaryState, plan_compaction
 from serve_app.core.tokenizer import count_block, count_tokens
+from serve_app.errors import CompactionConflict, SessionNotFound
 from serve_app.services.summarizer import Summarizer, SummaryOutcome
 from serve_app.stores.session_log import SessionLog
 
 logger = logging.getLogger("ray.serve")
 MAX_CAS_ATTEMPTS = 8
-
-
-class SessionNotFound(LookupError):
-    pass
-
-
-class CompactionConflict(RuntimeError):
-    """Every attempt lost the compare-and-set to another compactor."""
 
 
 @dataclass

@@ -8,41 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from datetime import datetime, timezone
 
-from serve_app.core.budget import BudgetError, ContextRequest, Shares, build_context
-from serve_app.schemas import (
-    ContextRequestIn,
-    ContextResponse,
-    ContextUsage,
-    FactOut,
-    SearchHit,
-    SectionUsage,
-)
-from serve_app.services.recall import EmbedOne, recall
-from serve_app.services.stores import Stores
-from serve_app.settings import Settings
+from serve_app.core.budget import ContextRequest, build_context
+from serve_app.core.clock import ms_to_datetime
+from serve_app.core.records import Hit
+from serve_app.errors import SessionOwnerError
+from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
+from serve_app.services.dependencies import Dependencies
+from serve_app.services.memories import hit_out
+from serve_app.services.recall import recall
+from serve_app.services.users import fact_out
 from serve_app.stores.facts import Fact
-from serve_app.stores.session_log import SessionOwnerError
-from serve_app.stores.vectors import Hit
 
 logger = logging.getLogger("ray.serve")
-
-
-def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-
-
-def hit_out(hit: Hit) -> SearchHit:
-    return SearchHit(
-        id=hit.id,
-        text=hit.text,
-        score=hit.score,
-        session_id=hit.session_id,
-        seq=hit.seq,
-        created_at=ms_to_datetime(hit.created_at_ms),
-    )
 
 
 def memory_line(hit: Hit) -> str:
@@ -55,18 +33,9 @@ def fact_line(fact: Fact) -> str:
     return f"{fact.key} ({fact.category}): {fact.value}"
 
 
-def fact_out(fact: Fact) -> FactOut:
-    return FactOut(**fact.__dict__)
-
-
-async def build_working_memory(
-    req: ContextRequestIn,
-    tenant: str,
-    stores: Stores,
-    embed_one: EmbedOne,
-    settings: Settings,
-    observe_recall_ms: Callable[[float], None] | None = None,
-) -> ContextResponse:
+async def build_working_memory(deps: Dependencies, tenant: str, req: ContextRequestIn) -> ContextResponse:
+    """The prompt for the next call and what went into it, section by section."""
+    stores, settings = deps.stores, deps.settings
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k
     min_score = settings.recall_min_score if req.min_score is None else req.min_score
@@ -83,14 +52,14 @@ async def build_working_memory(
         try:
             found = await recall(
                 stores,
-                embed_one,
+                deps.embed_one,
                 tenant,
                 req.user_id,
                 req.query,
                 top_k=top_k + 8 if top_k else 0,  # room for the session's own turns dropped below
                 settings=settings,
                 min_score=min_score,
-                observe_ms=observe_recall_ms,
+                observe_ms=lambda ms: deps.observers.recall_ms("context", ms),
             )
         except Exception as exc:
             logger.warning("recall unavailable: %r", exc)
@@ -116,7 +85,7 @@ async def build_working_memory(
     result = build_context(
         ContextRequest(
             max_tokens=max_tokens,
-            shares=Shares(**shares.model_dump()),
+            shares=shares,
             system_prompt=req.system_prompt,
             reserve_output=req.reserve_output,
             summary=meta.summary if meta and meta.summary else None,
@@ -129,6 +98,7 @@ async def build_working_memory(
     if meta and meta.summary_degraded:
         degraded.append("summary_degraded")
     degraded.extend(result.notes)
+    deps.observers.context_sections(result.total_tokens, {k: v.tokens for k, v in result.sections.items()})
     return ContextResponse(
         messages=result.messages,
         usage=ContextUsage(
@@ -146,6 +116,3 @@ async def build_working_memory(
         included_seqs=result.included_seqs,
         degraded=degraded,
     )
-
-
-__all__ = ["BudgetError", "build_working_memory"]

@@ -6,21 +6,76 @@ way simply retries the whole write; a delete removes from both and reports each 
 
 PostgreSQL (fsync on commit) is the record: it holds every memory's text and origin. Milvus Lite
 acknowledges a write before it is on disk, and a kill -9 loses the last ones (bench/reliability.py
-once lost 187 of 382 acknowledged vectors that way), so after Milvus restarts `repair_vectors`
-embeds again what PostgreSQL has and Milvus lacks.
+found such losses), so after Milvus restarts `repair_vectors` embeds again what PostgreSQL has and
+Milvus lacks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
+from datetime import datetime, timezone
 
-from serve_app.services.stores import Stores
-from serve_app.stores.vectors import Hit, MemoryRow
+from serve_app import schemas
+from serve_app.core.clock import datetime_to_ms, ms_to_datetime
+from serve_app.core.ids import direct_memory_id
+from serve_app.core.keywords import memory_keywords
+from serve_app.core.records import Hit, MemoryRow
+from serve_app.encoding import EmbedMany, Vector
+from serve_app.errors import MemoryNotFound
+from serve_app.services.dependencies import Dependencies
+from serve_app.services.quota import check_memory_quota
+from serve_app.services.recall import recall
+from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
 
 logger = logging.getLogger("ray.serve")
-EmbedMany = Callable[[list[str]], Awaitable[list[list[float]]]]
+DIRECT = "memory"  # role and kind of a memory added directly, not memorized from a turn
+
+
+def memory_row(
+    settings: Settings,
+    *,
+    memory_id: str,
+    tenant: str,
+    user: str,
+    text: str,
+    created_at_ms: int,
+    vector: Vector,
+    session: str = "",
+    seq: int = 0,
+    role: str = DIRECT,
+    kind: str = DIRECT,
+    before: Sequence[str] = (),
+) -> MemoryRow:
+    """A memory as both indexes store it; `before` are the turns that precede a turn memory (its
+    keyword text carries them, so a short reply is found through what it answers)."""
+    day = ms_to_datetime(created_at_ms).date() if created_at_ms else None
+    return MemoryRow(
+        id=memory_id,
+        tenant_id=tenant,
+        user_id=user,
+        session_id=session,
+        seq=seq,
+        role=role,
+        kind=kind,
+        text=text,
+        created_at_ms=created_at_ms,
+        vector=vector,
+        keywords=memory_keywords(text, before=before, day=day, weight=settings.recall_keyword_self_weight),
+    )
+
+
+def hit_out(hit: Hit) -> schemas.SearchHit:
+    return schemas.SearchHit(
+        id=hit.id,
+        text=hit.text,
+        score=hit.score,
+        session_id=hit.session_id,
+        seq=hit.seq,
+        created_at=ms_to_datetime(hit.created_at_ms),
+    )
 
 
 async def save_memories(stores: Stores, rows: list[MemoryRow]) -> int:
@@ -45,6 +100,62 @@ async def delete_memories(
     return {"vectors": vectors, "keywords": keywords}
 
 
+async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schemas.MemoryIn) -> schemas.MemoryOut:
+    """A memory stated directly (not memorized from a turn); the same text added twice is stored once."""
+    await check_memory_quota(deps, tenant, 1)
+    created = body.created_at or datetime.now(timezone.utc)
+    memory_id = body.id or direct_memory_id(tenant, user_id, body.text)
+    row = memory_row(
+        deps.settings,
+        memory_id=memory_id,
+        tenant=tenant,
+        user=user_id,
+        text=body.text,
+        created_at_ms=datetime_to_ms(created),
+        vector=await deps.embed_one(body.text),
+    )
+    await save_memories(deps.stores, [row])
+    return schemas.MemoryOut(id=memory_id, text=body.text, session_id="", seq=0, role=DIRECT, kind=DIRECT, created_at=created)
+
+
+async def list_memories(deps: Dependencies, tenant: str, user_id: str, *, limit: int, offset: int) -> list[schemas.MemoryOut]:
+    rows = await deps.stores.vectors.list(tenant, user_id, limit=limit, offset=offset)
+    return [
+        schemas.MemoryOut(
+            id=r["id"],
+            text=r["text"],
+            session_id=r["session_id"],
+            seq=r["seq"],
+            role=r["role"],
+            kind=r["kind"],
+            created_at=ms_to_datetime(r["created_at"]),
+        )
+        for r in rows
+    ]
+
+
+async def delete_memory(deps: Dependencies, tenant: str, user_id: str, memory_id: str) -> schemas.Deleted:
+    removed = await delete_memories(deps.stores, tenant, user=user_id, memory_id=memory_id)
+    if not any(removed.values()):
+        raise MemoryNotFound()
+    return schemas.Deleted(deleted=True, details=removed)
+
+
+async def search_memories(deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest) -> list[schemas.SearchHit]:
+    found = await recall(
+        deps.stores,
+        deps.embed_one,
+        tenant,
+        user_id,
+        body.query,
+        top_k=body.top_k,
+        settings=deps.settings,
+        min_score=body.min_score,
+        observe_ms=lambda ms: deps.observers.recall_ms("search", ms),
+    )
+    return [hit_out(h) for h in found.hits]
+
+
 async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) -> int:
     """Give Milvus back every memory PostgreSQL holds and Milvus lacks (same text, same model,
     so the same vector); returns how many rows were written. Idempotent, safe to run any time."""
@@ -57,7 +168,7 @@ async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) 
             if not hits:
                 continue
             vectors = await embed([h.text for h in hits])
-            rows = [_row(tenant, user, h, v) for h, v in zip(hits, vectors, strict=True)]
+            rows = [_vector_row(tenant, user, h, v) for h, v in zip(hits, vectors, strict=True)]
             await stores.vectors.upsert(rows)
             # A delete that ran between the fetch and the upsert took the row out of PostgreSQL:
             # take this copy out of Milvus too. A rewrite of the same id meanwhile: write it again.
@@ -68,12 +179,24 @@ async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) 
             changed = [now[r.id] for r in rows if r.id in now and now[r.id].text != r.text]
             if changed:
                 again = await embed([h.text for h in changed])
-                await stores.vectors.upsert([_row(tenant, user, h, v) for h, v in zip(changed, again, strict=True)])
+                await stores.vectors.upsert([_vector_row(tenant, user, h, v) for h, v in zip(changed, again, strict=True)])
             repaired += len(now)
         if missing:
             logger.warning("repaired %d vectors of %s/%s that Milvus had lost", len(missing), tenant, user)
     return repaired
 
 
-def _row(tenant: str, user: str, hit: Hit, vector: list[float]) -> MemoryRow:
-    return MemoryRow(hit.id, tenant, user, hit.session_id, hit.seq, hit.role, hit.kind, hit.text, hit.created_at_ms, vector)
+def _vector_row(tenant: str, user: str, hit: Hit, vector: Vector) -> MemoryRow:
+    """The Milvus row of a memory PostgreSQL holds (its keyword text stays as indexed there)."""
+    return MemoryRow(
+        id=hit.id,
+        tenant_id=tenant,
+        user_id=user,
+        session_id=hit.session_id,
+        seq=hit.seq,
+        role=hit.role,
+        kind=hit.kind,
+        text=hit.text,
+        created_at_ms=hit.created_at_ms,
+        vector=vector,
+    )

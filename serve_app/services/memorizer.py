@@ -9,35 +9,25 @@ only after its store confirmed the write, and never past work that failed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
+from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
-from serve_app.core.keywords import memory_keywords
+from serve_app.encoding import EmbedMany
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import CompactionOutcome, compact_session, redo_degraded
-from serve_app.services.memories import delete_memories, save_memories
-from serve_app.services.stores import Stores
+from serve_app.services.memories import delete_memories, memory_row, save_memories
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
-from serve_app.stores.vectors import MemoryRow
+from serve_app.stores.bundle import Stores
 
 logger = logging.getLogger("ray.serve")
-Embed = Callable[[list[str]], Awaitable[list[list[float]]]]
 MEMORIZED_ROLES = ("user", "assistant")
 
 
 def _said(turn: dict) -> bool:
     return turn["role"] in MEMORIZED_ROLES and bool((turn.get("content") or "").strip())
-
-
-def created_ms(turn: dict) -> int:
-    try:
-        return int(datetime.fromisoformat(turn["created_at"]).timestamp() * 1000)
-    except (KeyError, ValueError):
-        return 0
 
 
 @dataclass
@@ -55,7 +45,7 @@ class MemorizeReport:
 
 
 class SessionMemorizer:
-    def __init__(self, stores: Stores, embed: Embed, settings: Settings, llm: ChatClient | None = None):
+    def __init__(self, stores: Stores, embed: EmbedMany, settings: Settings, llm: ChatClient | None = None):
         self.stores = stores
         self.log = stores.log
         self.vectors = stores.vectors
@@ -138,27 +128,22 @@ class SessionMemorizer:
         context = await self._turns_before(tenant, session, turns[0]["seq"])
         rows = []
         for turn, vector in zip(items, vectors, strict=True):
-            when = created_ms(turn)
             rows.append(
-                MemoryRow(
-                    id=turn_memory_id(tenant, session, turn["seq"]),
-                    tenant_id=tenant,
-                    user_id=user,
-                    session_id=session,
+                memory_row(
+                    self.settings,
+                    memory_id=turn_memory_id(tenant, session, turn["seq"]),
+                    tenant=tenant,
+                    user=user,
+                    text=turn["content"],
+                    created_at_ms=iso_to_ms(turn.get("created_at")),
+                    vector=vector,
+                    session=session,
                     seq=turn["seq"],
                     role=turn["role"],
                     kind="turn",
-                    text=turn["content"],
-                    created_at_ms=when,
-                    vector=vector,
-                    keywords=memory_keywords(
-                        turn["content"],
-                        before=[t["content"] for t in context[-self.settings.recall_keyword_context_turns :]]
-                        if self.settings.recall_keyword_context_turns
-                        else [],
-                        day=datetime.fromtimestamp(when / 1000, tz=timezone.utc).date() if when else None,
-                        weight=self.settings.recall_keyword_self_weight,
-                    ),
+                    before=[t["content"] for t in context[-self.settings.recall_keyword_context_turns :]]
+                    if self.settings.recall_keyword_context_turns
+                    else [],
                 )
             )
             context.append(turn)

@@ -7,24 +7,15 @@ within one memorizer sweep; nothing already accepted is ever dropped to honour t
 
 from __future__ import annotations
 
-from serve_app.stores.keyword_index import KeywordIndex
-from serve_app.stores.rate_limit import RateLimited
-
-QUOTA_RETRY_AFTER_S = 3600  # space comes back only when the tenant deletes something
+from serve_app.errors import QuotaExceeded
+from serve_app.services.dependencies import Dependencies
 
 
-class QuotaExceeded(RateLimited):
-    def __init__(self, quota: int, used: int):
-        super().__init__(
-            f"quota of {quota} stored memories reached ({used} stored); delete memories or sessions, or ask for a larger quota",
-            QUOTA_RETRY_AFTER_S,
-        )
-
-
-async def check_memory_quota(keywords: KeywordIndex, tenant: str, quota: int, adding: int) -> None:
-    """Raise QuotaExceeded when the tenant already stores `quota` memories or more (0 = no quota)."""
+async def check_memory_quota(deps: Dependencies, tenant: str, adding: int) -> None:
+    """Raise QuotaExceeded when the tenant already stores its quota of memories or more (0 = no quota)."""
+    quota = deps.settings.quota_overrides.get(tenant, deps.settings.quota_memories)
     if quota <= 0 or adding <= 0:
         return
-    used = await keywords.count(tenant)
+    used = await deps.stores.keywords.count(tenant)
     if used + adding > quota:
         raise QuotaExceeded(quota, used)

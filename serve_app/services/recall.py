@@ -10,23 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 
+from serve_app.core.clock import ms_to_datetime
 from serve_app.core.keywords import normalize
 from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.records import Hit
 from serve_app.core.timeframe import query_timeframe
-from serve_app.services.stores import Stores
+from serve_app.encoding import EmbedOne
+from serve_app.errors import RecallUnavailable
 from serve_app.settings import Settings
-from serve_app.stores.vectors import Hit
+from serve_app.stores.bundle import Stores
 
 logger = logging.getLogger("ray.serve")
-EmbedOne = Callable[[str], Awaitable[list[float]]]
-
-
-class RecallUnavailable(ConnectionError):
-    """Neither side of recall answered (a ConnectionError: the API turns it into a 503)."""
 
 
 @dataclass
@@ -44,10 +41,6 @@ def fusion_params(settings: Settings, min_score: float | None = None) -> FusionP
         min_similarity=settings.recall_min_score if min_score is None else min_score,
         min_keyword_share=settings.recall_min_keyword_share,
     )
-
-
-def _when(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
 async def recall(
@@ -88,10 +81,10 @@ async def recall(
             logger.warning("keyword recall unavailable: %r", exc)
             degraded.append("keyword_recall_unavailable")
     if len(degraded) == 1 + (keyword_task is not None):
-        raise RecallUnavailable("recall unavailable: " + ", ".join(degraded))
+        raise RecallUnavailable(", ".join(degraded))
     fused = fuse(
-        [Scored(memory_id, similarity, _when(created)) for memory_id, similarity, created in dense],
-        [Scored(h.id, h.score, _when(h.created_at_ms)) for h in keyword],
+        [Scored(memory_id, similarity, ms_to_datetime(created)) for memory_id, similarity, created in dense],
+        [Scored(h.id, h.score, ms_to_datetime(h.created_at_ms)) for h in keyword],
         fusion_params(settings, min_score),
         query_timeframe(query),
         limit=top_k,

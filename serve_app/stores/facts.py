@@ -11,9 +11,9 @@ from datetime import datetime
 
 import asyncpg
 
+from serve_app.core.records import FACT_CATEGORIES
+from serve_app.errors import InvalidRequest
 from serve_app.stores.pg_schema import migrate
-
-CATEGORIES = ("preference", "fact", "decision", "task")
 
 
 @dataclass
@@ -99,8 +99,8 @@ class FactStore:
         source_seqs: list[int] | None = None,
     ) -> tuple[Fact, bool]:
         """Make `value` current, closing the previous row; (fact, changed). Same value = no new row."""
-        if category not in CATEGORIES:
-            raise ValueError(f"category must be one of {CATEGORIES}")
+        if category not in FACT_CATEGORIES:
+            raise InvalidRequest(f"category must be one of {', '.join(FACT_CATEGORIES)}")
         async with self.pool.acquire() as conn, conn.transaction():
             # Serialize writers of one key so the close-then-insert pair is atomic for them.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}\x1f{key}")

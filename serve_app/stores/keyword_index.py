@@ -14,11 +14,19 @@ from collections.abc import Iterable
 
 import asyncpg
 
-from serve_app.stores.vectors import Hit, MemoryRow
+from serve_app.core.keywords import normalize
+from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 
 BM25_K1 = 1.2
 BM25_B = 0.75
 MAX_QUERY_TERMS = 64
+MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
+
+
+def keyword_text(row: MemoryRow) -> str:
+    """The terms a memory is indexed under: its keyword text, or its own text's terms."""
+    return clip_utf8(row.keywords or normalize(row.text), MAX_KEYWORD_BYTES)
+
 
 _SEARCH = """
 WITH stats AS (
@@ -65,7 +73,7 @@ class KeywordIndex:
                     user,
                     ids,
                 )
-                terms_of = {r.id: Counter(r.keyword_text().split()) for r in group}
+                terms_of = {r.id: Counter(keyword_text(r).split()) for r in group}
                 length_of = {memory_id: sum(counts.values()) for memory_id, counts in terms_of.items()}
                 await conn.executemany(
                     """

@@ -6,19 +6,13 @@ import time
 
 import redis.asyncio as aioredis
 
+from serve_app.errors import RateLimited
+
 _HIT = """
 local n = redis.call('INCRBY', KEYS[1], ARGV[1])
 if n == tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], 120) end
 return n
 """
-
-
-class RateLimited(Exception):
-    """A 429: what was refused and when to try again."""
-
-    def __init__(self, message: str, retry_after_s: int):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class RateLimiter:

@@ -8,11 +8,13 @@ The list index is the seq (RPUSH returns the new length), so seqs are gapless by
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+
+from serve_app.core.clock import now_ms
+from serve_app.errors import SessionOwnerError
 
 _APPEND = """
 local owner = redis.call('HGET', KEYS[1], 'user_id')
@@ -84,14 +86,6 @@ return cur
 PENDING_KEY = "ms:pending"
 
 
-class SessionOwnerError(Exception):
-    """The session belongs to another user (HTTP 409)."""
-
-    def __init__(self, owner: str):
-        super().__init__(f"session belongs to another user ({owner})")
-        self.owner = owner
-
-
 @dataclass
 class AppendResult:
     seqs: list[int]
@@ -111,10 +105,6 @@ class SessionMeta:
     summary_state: dict[str, Any] | None
     created_at_ms: int
     updated_at_ms: int
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class SessionLog:
@@ -270,6 +260,10 @@ class SessionLog:
             else:
                 await self.redis.zrem(key, session)
         return alive
+
+    async def forget_user_sessions(self, tenant: str, user: str) -> None:
+        """Drop the user's session index (the sessions themselves are deleted one by one)."""
+        await self.redis.delete(self.user_sessions_key(tenant, user))
 
     async def delete(self, tenant: str, session: str) -> bool:
         meta_key, log_key, ids_key = self._keys(tenant, session)

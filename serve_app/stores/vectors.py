@@ -2,8 +2,8 @@
 
 One row per user or assistant turn (id derived from tenant, session, seq, so a retry upserts),
 plus memories added directly. The keyword side of recall lives in PostgreSQL (`keyword_index`):
-Milvus Lite's BM25 walks every row of the collection in Python on each search (~15 ms at 16k rows),
-while the dense search touches only the searched partition.
+Milvus Lite's BM25 walks every row of the collection in Python on each search, while the dense
+search touches only the searched partition.
 
 Rows go to one of `partitions` explicit partitions chosen by a hash of (tenant, user), and every
 user-scoped search names its partition: Milvus Lite does not prune by partition key and scans a
@@ -19,20 +19,17 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pymilvus import AsyncMilvusClient, DataType, MilvusClient
 from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from serve_app.core.keywords import normalize
+from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 
-MAX_TEXT_BYTES = 16000
 FILTER_FIELDS = frozenset({"id", "tenant_id", "user_id", "session_id", "seq", "role", "kind"})
 _FIELD_RE = re.compile(r"^[a-z_]+$")
 OUTPUT_FIELDS = ["id", "tenant_id", "user_id", "session_id", "seq", "role", "kind", "text", "created_at"]
-MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 DEFAULT_PARTITIONS = 64
 HNSW_EF = 128
 T = TypeVar("T")
@@ -71,62 +68,26 @@ def milvus_filter(**equals: str | int | list[str]) -> str:
     return " and ".join(clauses)
 
 
-def _clip(text: str, limit: int = MAX_TEXT_BYTES) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", errors="ignore")
-
-
 def partition_of(tenant: str, user: str, partitions: int) -> str:
     """The partition that holds a user's rows (a stable hash: the same on every replica and restart)."""
     digest = hashlib.sha256(f"{tenant}\x1f{user}".encode()).digest()
     return f"p{int.from_bytes(digest[:4], 'big') % partitions:03d}"
 
 
-@dataclass
-class MemoryRow:
-    id: str
-    tenant_id: str
-    user_id: str
-    session_id: str
-    seq: int
-    role: str
-    kind: str
-    text: str
-    created_at_ms: int
-    vector: list[float]
-    keywords: str = ""
-    """Normalized keyword text (`core.keywords.memory_keywords`); empty = the text's own terms."""
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "vector": self.vector,
-            "tenant_id": self.tenant_id,
-            "user_id": self.user_id,
-            "session_id": self.session_id,
-            "seq": self.seq,
-            "role": self.role,
-            "kind": self.kind,
-            "text": _clip(self.text),
-            "created_at": self.created_at_ms,
-        }
-
-    def keyword_text(self) -> str:
-        return _clip(self.keywords or normalize(self.text), MAX_KEYWORD_BYTES)
-
-
-@dataclass
-class Hit:
-    id: str
-    text: str
-    score: float
-    session_id: str
-    seq: int
-    role: str
-    kind: str
-    created_at_ms: int
+def milvus_record(row: MemoryRow) -> dict[str, Any]:
+    """The Milvus entity of a memory (its text clipped to what the schema holds)."""
+    return {
+        "id": row.id,
+        "vector": row.vector,
+        "tenant_id": row.tenant_id,
+        "user_id": row.user_id,
+        "session_id": row.session_id,
+        "seq": row.seq,
+        "role": row.role,
+        "kind": row.kind,
+        "text": clip_utf8(row.text, MAX_TEXT_BYTES),
+        "created_at": row.created_at_ms,
+    }
 
 
 def ensure_collection(uri: str, name: str, dim: int, token: str = "", partitions: int = DEFAULT_PARTITIONS) -> int:
@@ -204,7 +165,7 @@ class VectorStore:
 
     async def flush(self) -> None:
         """Seal buffered rows into an indexed segment. Milvus Lite scans unflushed rows one by one in
-        Python on every search (~30 us each), so the embedded profile flushes on a short timer."""
+        Python on every search, so the embedded profile flushes on a short timer."""
         await self.client.flush(self.collection)
 
     async def _ensure_loaded(self) -> None:
@@ -223,7 +184,7 @@ class VectorStore:
         await self._ensure_loaded()
         by_partition: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
-            by_partition.setdefault(self.partition(row.tenant_id, row.user_id), []).append(row.record())
+            by_partition.setdefault(self.partition(row.tenant_id, row.user_id), []).append(milvus_record(row))
         for partition, records in by_partition.items():
             for attempt in range(3):
                 await self.client.upsert(self.collection, records, partition_name=partition)

@@ -3,8 +3,10 @@
 import asyncio
 import uuid
 
+import asyncpg
 import pytest
 
+from serve_app.core.records import FACT_CATEGORIES
 from serve_app.stores.facts import FactStore, migrate
 
 
@@ -60,3 +62,16 @@ async def test_tenants_and_users_are_separate(facts):
 async def test_bad_category_is_rejected(facts):
     with pytest.raises(ValueError):
         await facts.put("t", "u", "k", "v", "gossip")
+
+
+async def test_the_database_accepts_exactly_the_fact_categories(facts):
+    """The SQL CHECK of migration 1 and `FACT_CATEGORIES` are one list: a drift fails here."""
+    insert = "INSERT INTO facts (tenant_id, user_id, key, value, category) VALUES ('t', 'u-cat', 'k', 'v', $1)"
+    async with facts.pool.acquire() as conn:
+        for category in FACT_CATEGORIES:
+            tx = conn.transaction()
+            await tx.start()
+            await conn.execute(insert, category)
+            await tx.rollback()
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(insert, "gossip")

@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from serve_app.services.memorizer import SessionMemorizer
-from serve_app.services.stores import Stores
 from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
 from tests.doubles import ScriptedChatClient
 
 
@@ -20,7 +20,7 @@ def embed():
     """The real bundled all-MiniLM-L6-v2, in process."""
     from sentence_transformers import SentenceTransformer
 
-    from serve_app.services.encoder import bundled_model_path
+    from serve_app.encoding.sentence import bundled_model_path
 
     model = SentenceTransformer(bundled_model_path(), device="cpu")
 

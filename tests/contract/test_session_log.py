@@ -5,7 +5,8 @@ import uuid
 
 import pytest
 
-from serve_app.stores.session_log import PENDING_KEY, SessionLog, SessionOwnerError
+from serve_app.errors import SessionOwnerError
+from serve_app.stores.session_log import PENDING_KEY, SessionLog
 
 
 @pytest.fixture

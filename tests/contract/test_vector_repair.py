@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
-from serve_app.services.encoder import TextEncoder
+from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.memories import delete_memories, repair_vectors, save_memories
-from serve_app.services.stores import Stores
 from serve_app.settings import Settings
-from serve_app.stores.vectors import MemoryRow
+from serve_app.stores.bundle import Stores
+from serve_app.core.records import MemoryRow
 
 
 @pytest.fixture(scope="module")
-def encoder() -> TextEncoder:
-    return TextEncoder(threads=1, int8=Settings().embedding_int8)
+def encoder() -> SentenceEncoder:
+    return SentenceEncoder(threads=1, int8=Settings().embedding_int8)
 
 
 async def _stores(env: dict) -> Stores:
@@ -29,7 +29,7 @@ async def _stores(env: dict) -> Stores:
     return await Stores.connect(settings)
 
 
-def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: TextEncoder):
+def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: SentenceEncoder):
     servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
     try:
         asyncio.run(_scenario(servers, encoder))
@@ -37,7 +37,7 @@ def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: Te
         servers.stop()
 
 
-async def _scenario(servers: EmbeddedBackends, encoder: TextEncoder) -> None:
+async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder) -> None:
     stores = await _stores(servers.env)
     try:
         texts = [f"user a said thing number {i} about the trip to Lisbon" for i in range(30)]
@@ -74,7 +74,7 @@ async def _scenario(servers: EmbeddedBackends, encoder: TextEncoder) -> None:
         await stores.close()
 
 
-def test_repair_keeps_text_and_origin(tmp_path, encoder: TextEncoder):
+def test_repair_keeps_text_and_origin(tmp_path, encoder: SentenceEncoder):
     servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
     try:
 

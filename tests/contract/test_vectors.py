@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from serve_app.core.ids import turn_memory_id
-from serve_app.stores.vectors import MemoryRow, VectorStore, milvus_filter, partition_of
+from serve_app.core.records import MemoryRow
+from serve_app.stores.vectors import VectorStore, milvus_filter, partition_of
 
 DIM = 8
 HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", 'x" || true || "']

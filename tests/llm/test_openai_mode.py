@@ -9,8 +9,8 @@ import pytest
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.memorizer import SessionMemorizer
-from serve_app.services.stores import Stores
 from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
 
 from .conftest import MODEL_ID
 
@@ -26,7 +26,7 @@ async def stores(backends):
 def embed():
     from sentence_transformers import SentenceTransformer
 
-    from serve_app.services.encoder import bundled_model_path
+    from serve_app.encoding.sentence import bundled_model_path
 
     model = SentenceTransformer(bundled_model_path(), device="cpu")
 

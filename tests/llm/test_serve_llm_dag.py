@@ -10,10 +10,10 @@ import httpx
 import pytest
 import yaml
 
+from serve_app.deploy.local_ray import ray_temp_dir, start_ray, wait_running
 from serve_app.embedded.launchers import free_port
 from serve_app.llm.client import ChatCall, LLMError, ServeLLMClient
 from serve_app.services.summarizer import Summarizer
-from serve_app.serving import ray_temp_dir, start_ray, wait_running
 
 from .conftest import MODEL_ID, ROOT, tiny_llm_config
 

@@ -11,8 +11,8 @@ import uuid
 import redis
 from pymilvus import MilvusClient
 
-from serve_app.services.stores import MILVUS_RELOADS_KEY
 from serve_app.settings import Settings
+from serve_app.stores.bundle import MILVUS_RELOADS_KEY
 
 
 def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from serve_app.core.budget import BudgetError, ContextRequest, Shares, build_context
+from serve_app.core.budget import BudgetError, BudgetShares, ContextRequest, build_context
 from serve_app.core.tokenizer import count_chat
 
 
@@ -20,7 +20,7 @@ def test_never_over_the_limit_and_usage_is_exact(max_tokens):
     result = build_context(
         ContextRequest(
             max_tokens=max_tokens,
-            shares=Shares(),
+            shares=BudgetShares(),
             system_prompt="Be brief.",
             summary="Earlier: the user ordered ORD-1 for $5.",
             turns=_turns(120),
@@ -40,13 +40,13 @@ def test_never_over_the_limit_and_usage_is_exact(max_tokens):
 
 
 def test_unused_shares_flow_to_history():
-    lean = build_context(ContextRequest(max_tokens=2048, shares=Shares(), turns=_turns(200)))
+    lean = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), turns=_turns(200)))
     assert lean.sections["history"].tokens > 2048 * 0.62
     assert lean.total_tokens > 2048 * 0.85
 
 
 def test_reserve_output_overrides_the_output_share():
-    result = build_context(ContextRequest(max_tokens=2048, shares=Shares(), reserve_output=1000, turns=_turns(200)))
+    result = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), reserve_output=1000, turns=_turns(200)))
     assert result.limit == 1048
     assert result.total_tokens <= 1048
 
@@ -60,7 +60,7 @@ def test_tool_call_never_split_from_its_result():
         {"seq": 34, "role": "user", "content": "next"},
     ]
     for max_tokens in range(500, 1400, 37):
-        result = build_context(ContextRequest(max_tokens=max_tokens, shares=Shares(), turns=turns))
+        result = build_context(ContextRequest(max_tokens=max_tokens, shares=BudgetShares(), turns=turns))
         seqs = set(result.included_seqs)
         assert (31 in seqs) == (32 in seqs)
 
@@ -68,12 +68,12 @@ def test_tool_call_never_split_from_its_result():
 def test_newest_turn_too_big_is_a_budget_error_with_counts():
     huge = [{"seq": 1, "role": "user", "content": "token " * 3000}]
     with pytest.raises(BudgetError) as info:
-        build_context(ContextRequest(max_tokens=1024, shares=Shares(), turns=huge))
+        build_context(ContextRequest(max_tokens=1024, shares=BudgetShares(), turns=huge))
     assert info.value.counts["newest_turn"] > 1024
 
 
 def test_summary_goes_in_before_older_turns():
-    result = build_context(ContextRequest(max_tokens=600, shares=Shares(), summary="S " * 50, turns=_turns(100)))
+    result = build_context(ContextRequest(max_tokens=600, shares=BudgetShares(), summary="S " * 50, turns=_turns(100)))
     assert "S S S" in result.messages[0]["content"]
     assert result.sections["summary"].tokens > 0
 
@@ -110,7 +110,7 @@ def test_section_and_prompt_counts_are_exact_for_awkward_text(seed):
     result = build_context(
         ContextRequest(
             max_tokens=rng.choice([600, 1200, 4096]),
-            shares=Shares(),
+            shares=BudgetShares(),
             system_prompt=rng.choice([None, text(2), text(1) + "\n"]),
             summary=rng.choice([None, text(3)]),
             turns=[{"seq": i + 1, "role": rng.choice(["user", "assistant"]), "content": text(3)} for i in range(30)],

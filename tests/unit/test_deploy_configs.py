@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve_app.config_validation import kubernetes_errors, rayservice_errors
-from serve_app.serving import ConfigError, load_serve_config
+from serve_app.deploy.manifests import kubernetes_errors, rayservice_errors
+from serve_app.deploy.serve_config import ConfigError, load_serve_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""The traced one-text path of TextEncoder gives the eager model's vectors, and steps aside when it
+"""The traced one-text path of SentenceEncoder gives the eager model's vectors, and steps aside when it
 cannot: documents (batches, eager) and queries (one text, traced) must stay comparable."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.services import encoder as encoder_module
-from serve_app.services.encoder import TextEncoder
+from serve_app.encoding import sentence as encoder_module
+from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.settings import Settings
 
 TEXTS = [
@@ -22,16 +22,16 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def encoder() -> TextEncoder:
-    return TextEncoder(threads=1, int8=Settings().embedding_int8)
+def encoder() -> SentenceEncoder:
+    return SentenceEncoder(threads=1, int8=Settings().embedding_int8)
 
 
-def test_the_trace_is_used(encoder: TextEncoder):
+def test_the_trace_is_used(encoder: SentenceEncoder):
     assert encoder.traced is not None
 
 
 @pytest.mark.parametrize("text", TEXTS, ids=range(len(TEXTS)))
-def test_one_text_traced_matches_the_eager_model(encoder: TextEncoder, text: str):
+def test_one_text_traced_matches_the_eager_model(encoder: SentenceEncoder, text: str):
     traced = np.array(encoder.encode([text])[0], dtype=np.float32)
     eager = encoder._eager([text])[0]
     assert traced.shape == eager.shape
@@ -39,7 +39,7 @@ def test_one_text_traced_matches_the_eager_model(encoder: TextEncoder, text: str
     assert abs(float(np.linalg.norm(traced)) - 1.0) < 1e-5
 
 
-def test_a_query_scores_documents_as_the_eager_model_does(encoder: TextEncoder):
+def test_a_query_scores_documents_as_the_eager_model_does(encoder: SentenceEncoder):
     """The vectors that matter are compared: a traced query against eagerly embedded documents."""
     documents = np.array(encoder.encode(TEXTS[1:6]))  # a batch: eager
     query = "which art did Melanie show?"
@@ -49,12 +49,12 @@ def test_a_query_scores_documents_as_the_eager_model_does(encoder: TextEncoder):
     assert np.allclose(traced_scores, eager_scores, atol=1e-5)
 
 
-def test_a_trace_that_differs_is_not_used(monkeypatch, encoder: TextEncoder):
+def test_a_trace_that_differs_is_not_used(monkeypatch, encoder: SentenceEncoder):
     monkeypatch.setattr(encoder_module, "TRACE_TOLERANCE", -1.0)  # no trace can pass the probe check
     assert encoder._trace() is None
 
 
-def test_without_the_trace_single_texts_take_the_eager_path(monkeypatch, encoder: TextEncoder):
+def test_without_the_trace_single_texts_take_the_eager_path(monkeypatch, encoder: SentenceEncoder):
     monkeypatch.setattr(encoder, "traced", None)
     text = TEXTS[2]
     assert np.array_equal(np.array(encoder.encode([text])[0], dtype=np.float32), encoder._eager([text])[0])

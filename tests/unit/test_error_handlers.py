@@ -1,27 +1,133 @@
-"""The ingress's exception handlers run on its event loop: Starlette sends a plain `def` handler
-to a worker thread (a thread start and two hand-offs per error response)."""
+"""One handler maps every error to its response: status, body shape and headers, as clients see them.
+
+The handlers run on the event loop: Starlette sends a plain `def` handler to a worker thread (a
+thread start and two hand-offs per error response)."""
 
 from __future__ import annotations
 
+import errno
 import inspect
 
-from deployments.ingress import app
+import asyncpg
+import pytest
+import redis.exceptions
+from fastapi import APIRouter
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+from pymilvus.exceptions import MilvusException
+
+from serve_app import errors
+from serve_app.api.http import create_http_app
+from serve_app.services.dependencies import Dependencies
+from serve_app.settings import Settings
+
+
+async def _never(*_args):
+    raise AssertionError("no store or model is reached in these tests")
+
+
+def _app(raised: BaseException | None = None):
+    app = create_http_app(Dependencies(settings=Settings(max_body_bytes=2048), stores=None, embed_one=_never, compact_now=_never))
+    router = APIRouter()
+
+    @router.get("/raise")
+    async def raise_it():
+        raise raised
+
+    app.include_router(router)
+    return app
+
+
+def _get(raised: BaseException):
+    with TestClient(_app(raised), raise_server_exceptions=False) as client:
+        return client.get("/raise")
 
 
 def test_every_exception_handler_is_a_coroutine_function():
-    sync = [
-        f"{exc.__name__ if isinstance(exc, type) else exc}: {handler!r}"
-        for exc, handler in app.exception_handlers.items()
-        if not inspect.iscoroutinefunction(handler)
-    ]
+    app = _app()
+    sync = [f"{exc!r}: {handler!r}" for exc, handler in app.exception_handlers.items() if not inspect.iscoroutinefunction(handler)]
     assert not sync, f"plain-def exception handlers run on a worker thread: {sync}"
 
 
-def test_the_service_errors_have_handlers():
-    from serve_app.core.budget import BudgetError
-    from serve_app.services.compaction import CompactionConflict, SessionNotFound
-    from serve_app.stores.rate_limit import RateLimited
-    from serve_app.stores.session_log import SessionOwnerError
+@pytest.mark.parametrize(
+    ("raised", "status", "body", "headers"),
+    [
+        (errors.SessionNotFound("s1"), 404, {"detail": "session not found"}, {}),
+        (errors.FactNotFound(), 404, {"detail": "fact not found"}, {}),
+        (errors.MemoryNotFound(), 404, {"detail": "memory not found"}, {}),
+        (errors.SessionOwnerError("alice"), 409, {"detail": "session belongs to another user"}, {}),
+        (errors.CompactionConflict("lost 8 races"), 409, {"detail": "lost 8 races"}, {"retry-after": "1"}),
+        (errors.BudgetError("too big", {"system": 9}), 422, {"detail": "too big", "token_counts": {"system": 9}}, {}),
+        (errors.RateLimited("rate limit of 5 messages per minute reached", 7), 429, None, {"retry-after": "7"}),
+        (errors.QuotaExceeded(3, 3), 429, None, {"retry-after": "3600"}),
+        (errors.Unauthorized(), 401, {"detail": "missing or invalid API key"}, {"www-authenticate": "Bearer"}),
+        (errors.RecallUnavailable("dense, keyword"), 503, None, {"retry-after": "2"}),
+    ],
+)
+def test_service_errors_answer_with_their_status_body_and_headers(raised, status, body, headers):
+    response = _get(raised)
+    assert response.status_code == status, response.text
+    if body is not None:
+        assert response.json() == body
+    assert isinstance(response.json()["detail"], str) and response.json()["detail"]
+    for name, value in headers.items():
+        assert response.headers[name] == value
 
-    for exc in (BudgetError, CompactionConflict, RateLimited, SessionNotFound, SessionOwnerError):
-        assert exc in app.exception_handlers, exc
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        redis.exceptions.ConnectionError("Error 111 connecting"),
+        redis.exceptions.TimeoutError("Timeout reading from socket"),
+        asyncpg.CannotConnectNowError("the database system is starting up"),
+        MilvusException(message="server unavailable"),
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"),
+        TimeoutError(),
+        OSError(errno.EHOSTUNREACH, "No route to host"),
+        OSError("Multiple exceptions: [Errno 111] Connect call failed ('::1', 5432), [Errno 111] Connect call failed"),
+    ],
+)
+def test_an_unreachable_store_is_a_503_to_retry(raised):
+    response = _get(raised)
+    assert response.status_code == 503
+    assert response.json() == {"detail": f"a backing store is unavailable ({type(raised).__name__}); retry later"}
+    assert response.headers["retry-after"] == "2"
+
+
+def test_a_file_error_is_a_fault_not_an_outage():
+    response = _get(FileNotFoundError(errno.ENOENT, "No such file", "/etc/memserve/api-keys"))
+    assert response.status_code == 500 and response.json() == {"detail": "internal error"}
+    assert "retry-after" not in response.headers
+
+
+class _Body(BaseModel):
+    value: int
+
+
+@pytest.mark.parametrize("raw", [b'{"value": "\\ud800"}', b'{"value": NaN}'])
+def test_a_422_echoes_hostile_input_and_stays_json(raw):
+    app = _app()
+    router = APIRouter()
+
+    @router.post("/echo")
+    async def echo(body: _Body):
+        return body.value
+
+    app.include_router(router)
+    with TestClient(app) as client:
+        response = client.post("/echo", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "value"]
+
+
+def test_an_oversize_body_is_refused_before_it_is_read():
+    with TestClient(_app()) as client:
+        response = client.post("/v1/context", content=b"x" * 4096, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "2048-byte limit" in response.json()["detail"]
+
+
+def test_errors_cross_a_process_boundary_whole():
+    import pickle
+
+    for error in (errors.FactNotFound(), errors.CompactionConflict("lost"), errors.QuotaExceeded(3, 4), errors.SessionNotFound("s")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and again.body() == error.body() and again.headers() == error.headers()

@@ -6,7 +6,7 @@ import sys
 
 SCRIPT = """
 import os, threading, time
-from serve_app.services.priority import lower_priority
+from serve_app.runtime.priority import lower_priority
 stop = threading.Event()
 before = threading.Thread(target=stop.wait); before.start()
 changed = lower_priority(7)
@@ -37,6 +37,6 @@ def test_lowered_relative_to_where_ray_started_the_worker():
 
 
 def test_zero_leaves_the_process_alone():
-    from serve_app.services.priority import lower_priority
+    from serve_app.runtime.priority import lower_priority
 
     assert lower_priority(0) == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve_app.services import query_encoder as qe
-from serve_app.services.encoder import TRACE_TOLERANCE, TextEncoder
+from serve_app.encoding import query as qe
+from serve_app.encoding.sentence import TRACE_TOLERANCE, SentenceEncoder
 from serve_app.settings import Settings
 
 INT8 = Settings().embedding_int8
@@ -39,39 +39,39 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def traced(cache: Path) -> qe.QueryEncoder:
-    encoder = qe.query_embedder(int8=INT8)
+    encoder = qe.load_query_encoder(int8=INT8)
     assert isinstance(encoder, qe.QueryEncoder), "the artifact did not build or load"
     return encoder
 
 
 @pytest.fixture(scope="module")
-def eager() -> TextEncoder:
-    return TextEncoder(threads=1, int8=INT8, trace_single=False)
+def eager() -> SentenceEncoder:
+    return SentenceEncoder(threads=1, int8=INT8, trace_single=False)
 
 
 def test_the_artifact_is_built_once_under_the_cache_dir(traced: qe.QueryEncoder, cache: Path):
     built = list((cache / "query-encoder").iterdir())
     assert len(built) == 1 and {p.name for p in built[0].iterdir()} == {"model.pt", "meta.json"}
-    assert isinstance(qe.query_embedder(int8=INT8), qe.QueryEncoder)  # loads what is there
+    assert isinstance(qe.load_query_encoder(int8=INT8), qe.QueryEncoder)  # loads what is there
     assert len(list((cache / "query-encoder").iterdir())) == 1
 
 
 @pytest.mark.parametrize("text", TEXTS, ids=range(len(TEXTS)))
-def test_vectors_match_the_eager_sentence_transformer(traced: qe.QueryEncoder, eager: TextEncoder, text: str):
+def test_vectors_match_the_eager_sentence_transformer(traced: qe.QueryEncoder, eager: SentenceEncoder, text: str):
     got = np.array(traced.encode([text])[0], dtype=np.float32)
     want = eager._eager([text])[0]
     assert float(np.abs(got - want).max()) <= TRACE_TOLERANCE
 
 
-async def test_encode_one_runs_off_the_loop(traced: qe.QueryEncoder, eager: TextEncoder):
+async def test_encode_one_runs_off_the_loop(traced: qe.QueryEncoder, eager: SentenceEncoder):
     got = await traced.encode_one(TEXTS[2])
     assert float(np.abs(np.array(got) - eager._eager([TEXTS[2]])[0]).max()) <= TRACE_TOLERANCE
 
 
 def test_the_ingress_process_does_not_import_transformers(traced: qe.QueryEncoder, cache: Path):
     code = (
-        "import sys; from serve_app.services.query_encoder import query_embedder, QueryEncoder;"
-        f"e = query_embedder(int8={INT8}); e.encode(['hello']);"
+        "import sys; from serve_app.encoding.query import load_query_encoder, QueryEncoder;"
+        f"e = load_query_encoder(int8={INT8}); e.encode(['hello']);"
         "print(type(e).__name__, 'transformers' in sys.modules, 'sentence_transformers' in sys.modules)"
     )
     env = {**os.environ, "MEMSERVE_CACHE_DIR": str(cache)}
@@ -95,8 +95,8 @@ def test_a_failed_build_falls_back_to_the_eager_encoder(tmp_path: Path, monkeypa
     monkeypatch.setenv("MEMSERVE_CACHE_DIR", str(tmp_path))
     no_tokenizer = tmp_path / "model-without-files"
     no_tokenizer.mkdir()
-    monkeypatch.setattr(qe, "TextEncoder", lambda *a, **k: "eager fallback")
-    assert qe.query_embedder(str(no_tokenizer), INT8) == "eager fallback"
+    monkeypatch.setattr(qe, "SentenceEncoder", lambda *a, **k: "eager fallback")
+    assert qe.load_query_encoder(str(no_tokenizer), INT8) == "eager fallback"
 
 
 def test_a_second_builder_leaves_the_first_artifact_alone(traced: qe.QueryEncoder, tmp_path: Path):

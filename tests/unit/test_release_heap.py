@@ -8,7 +8,7 @@ import pytest
 
 SCRIPT = """
 import psutil
-from serve_app.services.encoder import release_freed_heap
+from serve_app.encoding.sentence import release_freed_heap
 me = psutil.Process()
 chunks = [bytearray(64 * 1024) for _ in range(3000)]  # ~190 MiB from the heap (below the mmap threshold)
 pin = bytearray(64 * 1024)  # allocated last: the heap's top stays in use, so free() cannot shrink it

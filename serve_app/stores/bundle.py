@@ -1,4 +1,8 @@
-"""The store clients one replica holds: opened once, pooled, closed on shutdown."""
+"""The store clients one replica holds: opened once, pooled, closed on shutdown.
+
+Services reach every store through this bundle and the stores' own methods, never through a
+store's client.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
+from serve_app.stores.rate_limit import RateLimiter
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import VectorStore
 
@@ -20,6 +25,7 @@ class Stores:
     facts: FactStore
     vectors: VectorStore
     keywords: KeywordIndex
+    rate_limits: RateLimiter
 
     @classmethod
     async def connect(cls, settings: Settings) -> Stores:
@@ -44,7 +50,7 @@ class Stores:
         # Every replica that finds the collection released (Milvus restarted) counts it in Redis: the
         # memorizer repairs the vectors a restarted Milvus Lite lost (services/memories.repair_vectors).
         vectors.on_reload = lambda: log.redis.incr(MILVUS_RELOADS_KEY)
-        return cls(log, facts, vectors, KeywordIndex(facts.pool))
+        return cls(log=log, facts=facts, vectors=vectors, keywords=KeywordIndex(facts.pool), rate_limits=RateLimiter(log.redis))
 
     async def milvus_reloads(self) -> int:
         return int(await self.log.redis.get(MILVUS_RELOADS_KEY) or 0)

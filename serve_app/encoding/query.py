@@ -1,13 +1,14 @@
 """Query embedding for the ingress without transformers in its process.
 
 The ingress embeds each recall query itself (no Serve hop on the recall path). Doing that through
-sentence-transformers imports transformers too: the ingress replica's PSS was 572 MiB idle with
-it and is 413 MiB without (bench/memory.py), for one forward pass per query. Here a subprocess
-builds, once per machine and model, a TorchScript trace of the same transformer (`TextEncoder.traced`) with the eager
-model's vectors for probe texts; the ingress loads it with `torch.jit.load`, tokenizes with the
-model's own `tokenizer.json` (the `tokenizers` library sentence-transformers uses), mean-pools and
-normalizes, and refuses the artifact unless it reproduces every probe vector. Anything unexpected
-(another pooling, no `tokenizer.json`, a failed build) falls back to the in-process `TextEncoder`.
+sentence-transformers imports transformers too, a large share of an ingress replica's resident
+memory (README, bench/memory.py) for one forward pass per query. Here a subprocess builds, once per
+machine and model, a TorchScript trace of the same transformer (`SentenceEncoder.traced`) with the
+eager model's vectors for probe texts; the ingress loads it with `torch.jit.load`, tokenizes with
+the model's own `tokenizer.json` (the `tokenizers` library sentence-transformers uses), mean-pools
+and normalizes, and refuses the artifact unless it reproduces every probe vector. Anything
+unexpected (another pooling, no `tokenizer.json`, a failed build) falls back to the in-process
+`SentenceEncoder`.
 """
 
 from __future__ import annotations
@@ -24,18 +25,13 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
-from typing import Protocol
 
-from serve_app.services.encoder import TRACE_PROBES, TRACE_TOLERANCE, TextEncoder, bundled_model_path
+from serve_app.encoding.sentence import TRACE_PROBES, TRACE_TOLERANCE, SentenceEncoder, bundled_model_path
 
 logger = logging.getLogger("ray.serve")
 
 ARTIFACT_FORMAT = 1  # bump when what `build` writes changes
 BUILD_TIMEOUT_S = 600
-
-
-class QueryEmbedder(Protocol):
-    async def encode_one(self, text: str) -> list[float]: ...
 
 
 def cache_root() -> Path:
@@ -70,7 +66,7 @@ def build(model_path: str, int8: bool, out: Path) -> None:
     builders each write a directory of their own and the first rename wins)."""
     import torch
 
-    encoder = TextEncoder(model_path, threads=1, int8=int8)
+    encoder = SentenceEncoder(model_path, threads=1, int8=int8)
     modules = list(encoder.model)
     names = [type(m).__name__ for m in modules]
     if encoder.traced is None:
@@ -141,9 +137,9 @@ class QueryEncoder:
         return (await asyncio.get_running_loop().run_in_executor(self.executor, self.encode, [text]))[0]
 
 
-def query_embedder(model_path: str = "", int8: bool = False) -> QueryEmbedder:
+def load_query_encoder(model_path: str = "", int8: bool = False) -> QueryEncoder | SentenceEncoder:
     """The traced encoder, built first if this machine has none for the model; else the
-    in-process `TextEncoder` (which imports transformers)."""
+    in-process `SentenceEncoder` (which imports transformers)."""
     model_path = model_path or bundled_model_path()
     out = artifact_dir(model_path, int8)
     try:
@@ -157,11 +153,11 @@ def query_embedder(model_path: str = "", int8: bool = False) -> QueryEmbedder:
         return QueryEncoder(out, model_path)
     except Exception as exc:
         logger.warning("traced query encoder unavailable (%s): embedding queries with sentence-transformers", exc)
-        return TextEncoder(model_path, threads=1, int8=int8)
+        return SentenceEncoder(model_path, threads=1, int8=int8)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build the traced query encoder (run by query_embedder).")
+    parser = argparse.ArgumentParser(description="Build the traced query encoder (run by load_query_encoder).")
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--int8", action="store_true")

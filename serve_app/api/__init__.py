@@ -1,0 +1,1 @@
+"""The HTTP surface: the FastAPI app, its routers (one per resource), auth and error responses."""

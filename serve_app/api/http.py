@@ -1,0 +1,49 @@
+"""The HTTP API v1 as one FastAPI app per ingress replica: routers, error responses, body limit."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from serve_app.api.error_responses import error_response, install_error_handlers
+from serve_app.api.routers import context, health, memories, sessions, users
+from serve_app.errors import PayloadTooLarge
+from serve_app.services.dependencies import Dependencies
+
+ROUTERS = (health.router, sessions.router, context.router, users.router, memories.router)
+
+
+class BodySizeLimit:
+    """Oversize bodies are refused (413) from their declared length, before anyone reads them.
+
+    A plain ASGI middleware: Starlette's `@app.middleware("http")` wraps every response in a
+    stream, a cost on every request. Serve logs each request itself (route, status, latency,
+    `x-request-id`), so this one only guards."""
+
+    def __init__(self, inner: ASGIApp, limit: int):
+        self.inner = inner
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            declared = dict(scope["headers"]).get(b"content-length", b"")
+            if declared.isdigit() and int(declared) > self.limit:
+                too_large = PayloadTooLarge(f"request body of {int(declared)} bytes is over the {self.limit}-byte limit")
+                await error_response(too_large)(scope, receive, send)
+                return
+        await self.inner(scope, receive, send)
+
+
+def create_http_app(deps: Dependencies) -> FastAPI:
+    """The app of one replica: its routes reach `deps` through `request.app.state`."""
+    app = FastAPI(
+        title="agent-memory-serve",
+        version="1.0.0",
+        description="Working, short-term and long-term memory for LLM agents, on Ray Serve.",
+    )
+    app.state.dependencies = deps
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,49 @@
+"""Users: their sessions, their structured facts with history, and forgetting them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from serve_app import schemas
+from serve_app.api.params import FactKey, UserId
+from serve_app.api.state import Deps, Who
+from serve_app.services import sessions, users
+
+router = APIRouter(tags=["users and facts"])
+
+
+@router.get("/v1/users/{user_id}/sessions", response_model=schemas.UserSessions, summary="A user's live sessions")
+async def user_sessions(deps: Deps, who: Who, user_id: str = UserId) -> schemas.UserSessions:
+    return await sessions.user_sessions(deps, who.tenant, user_id)
+
+
+@router.delete("/v1/users/{user_id}", response_model=schemas.Deleted, summary="Forget a user everywhere")
+async def forget(deps: Deps, who: Who, user_id: str = UserId) -> schemas.Deleted:
+    """Sessions, vectors and facts (with their history) of the user, in every store; a tombstone
+    stops a memorizer that is still working on the user from writing anything back."""
+    return await users.forget(deps, who.tenant, user_id)
+
+
+@router.get("/v1/users/{user_id}/facts", response_model=list[schemas.FactOut], summary="Current facts")
+async def list_facts(deps: Deps, who: Who, user_id: str = UserId) -> list[schemas.FactOut]:
+    return await users.current_facts(deps, who.tenant, user_id)
+
+
+@router.get("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactOut, summary="One current fact")
+async def get_fact(deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> schemas.FactOut:
+    return await users.get_fact(deps, who.tenant, user_id, key)
+
+
+@router.put("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactWrite, summary="Set a fact (supersedes)")
+async def put_fact(body: schemas.FactIn, deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> schemas.FactWrite:
+    return await users.put_fact(deps, who.tenant, user_id, key, body)
+
+
+@router.delete("/v1/users/{user_id}/facts/{key}", response_model=schemas.Deleted, summary="Close a fact")
+async def delete_fact(deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> schemas.Deleted:
+    return await users.close_fact(deps, who.tenant, user_id, key)
+
+
+@router.get("/v1/users/{user_id}/facts/{key}/history", response_model=list[schemas.FactOut], summary="Every version")
+async def fact_history(deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> list[schemas.FactOut]:
+    return await users.fact_history(deps, who.tenant, user_id, key)

@@ -1,0 +1,29 @@
+"""Instants as the stores keep them: UTC epoch milliseconds. Pure."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def datetime_to_ms(when: datetime) -> int:
+    """A naive datetime is taken as UTC, as the API documents."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def iso_to_ms(text: str | None) -> int:
+    """Milliseconds of an ISO 8601 instant (a stored turn's `created_at`); 0 when absent or malformed."""
+    try:
+        return datetime_to_ms(datetime.fromisoformat(text)) if text else 0
+    except ValueError:
+        return 0

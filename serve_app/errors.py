@@ -1,0 +1,148 @@
+"""Every error the service answers with, each carrying its HTTP status and message.
+
+Raised anywhere (core, stores, services) and mapped to a response by one handler
+(`api/error_responses.py`), so no route builds an error response by hand. The body is always
+`{"detail": <message>, ...extra}`; `Retry-After` goes out whenever the error says when to retry.
+Pure: no I/O and no web framework, so the pure core can raise these too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    """An answer the client can act on: `status_code`, a `detail` message, optional extra fields."""
+
+    status_code: ClassVar[int] = 500
+
+    def __init__(self, detail: Any, *, retry_after_s: int | None = None, **extra: Any):
+        super().__init__(detail if isinstance(detail, str) else repr(detail))
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, **self.extra}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s is not None else {}
+
+    def __reduce__(self):
+        # Errors cross process boundaries (a memorizer replica raises what the ingress answers
+        # with): rebuild from the state, since subclasses take other constructor arguments.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[ServiceError], args: tuple, state: dict[str, Any]) -> ServiceError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+# 4xx: the request cannot succeed as it is.
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+
+    def __init__(self, detail: str = "missing or invalid API key"):
+        super().__init__(detail)
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class NotFound(ServiceError, LookupError):
+    status_code = 404
+
+
+class SessionNotFound(NotFound):
+    def __init__(self, session_id: str = ""):
+        super().__init__("session not found")
+        self.session_id = session_id
+
+
+class FactNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("fact not found")
+
+
+class MemoryNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("memory not found")
+
+
+class Conflict(ServiceError):
+    status_code = 409
+
+
+class SessionOwnerError(Conflict):
+    """The session belongs to another user; the message does not name that user."""
+
+    def __init__(self, owner: str):
+        super().__init__("session belongs to another user")
+        self.owner = owner
+
+
+class CompactionConflict(Conflict):
+    """Every attempt lost the compare-and-set to another compactor: retry shortly."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail, retry_after_s=1)
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
+class InvalidRequest(ServiceError, ValueError):
+    status_code = 422
+
+
+class BudgetError(InvalidRequest):
+    """What must be in the prompt does not fit; carries the token counts."""
+
+    def __init__(self, detail: str, counts: dict[str, int]):
+        super().__init__(detail, token_counts=counts)
+        self.counts = counts
+
+
+class RateLimited(ServiceError):
+    """A 429: what was refused and when to try again."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, retry_after_s: int):
+        super().__init__(detail, retry_after_s=retry_after_s)
+
+
+class QuotaExceeded(RateLimited):
+    RETRY_AFTER_S = 3600  # space comes back only when the tenant deletes something
+
+    def __init__(self, quota: int, used: int):
+        super().__init__(
+            f"quota of {quota} stored memories reached ({used} stored); delete memories or sessions, or ask for a larger quota",
+            self.RETRY_AFTER_S,
+        )
+
+
+# 503: a backing store did not answer; the same request may succeed later.
+
+RETRY_UNAVAILABLE_S = 2
+
+
+class Unavailable(ServiceError, ConnectionError):
+    status_code = 503
+
+    def __init__(self, cause: str):
+        super().__init__(f"a backing store is unavailable ({cause}); retry later", retry_after_s=RETRY_UNAVAILABLE_S)
+
+
+class RecallUnavailable(Unavailable):
+    """Neither side of recall (dense or keyword) answered."""
+
+    def __init__(self, sides: str = ""):
+        super().__init__("RecallUnavailable")
+        self.sides = sides

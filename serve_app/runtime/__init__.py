@@ -1,0 +1,1 @@
+"""Process-level plumbing of replicas and launchers: CPU priority, process liveness."""

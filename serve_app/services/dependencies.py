@@ -1,0 +1,48 @@
+"""What request handling needs from the replica that runs it, handed in by the deployment shell.
+
+Services hold no Ray: the memorizer is reached through plain callables and metrics through an
+observer, so every service function runs (and is tested) without Serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from serve_app.core.auth import KeyRing
+from serve_app.encoding import EmbedOne
+from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
+
+CompactNow = Callable[[str, str], Awaitable[dict[str, Any]]]
+"""(tenant, session) -> the compaction outcome's public fields, run where the summarizer lives."""
+Poke = Callable[[str, str], None]
+"""(tenant, session): start memorizing now rather than at the next sweep; fire and forget."""
+
+
+class Observers(Protocol):
+    """Where request metrics go (Prometheus in a replica)."""
+
+    def recall_ms(self, path: str, ms: float) -> None: ...
+
+    def context_sections(self, total_tokens: int, sections: dict[str, int]) -> None: ...
+
+
+class NoObservers:
+    def recall_ms(self, path: str, ms: float) -> None:
+        pass
+
+    def context_sections(self, total_tokens: int, sections: dict[str, int]) -> None:
+        pass
+
+
+@dataclass
+class Dependencies:
+    settings: Settings
+    stores: Stores
+    embed_one: EmbedOne
+    compact_now: CompactNow
+    keyring: KeyRing = field(default_factory=KeyRing)
+    poke: Poke | None = None
+    observers: Observers = field(default_factory=NoObservers)
