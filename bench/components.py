@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from bench.common import percentile
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
+from serve_app.core.records import MemoryRow
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.query import load_query_encoder
@@ -31,7 +32,6 @@ from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
-from serve_app.core.records import MemoryRow
 from serve_app.stores.vectors import VectorStore
 
 # Stemmed-looking words for the keyword index: frequencies vary, like a real conversation's.

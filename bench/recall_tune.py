@@ -27,12 +27,12 @@ from tqdm import tqdm
 from bench.locomo_data import CATEGORIES, Question, Turn, questions_of, recall_at, turns_of
 from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.records import Hit, MemoryRow
 from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.core.records import Hit, MemoryRow
 
 K = 10
 CANDIDATES = 50

@@ -2,10 +2,10 @@
 
 import asyncio
 
+from serve_app.core.records import MemoryRow
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.stores.facts import FactStore
 from serve_app.stores.session_log import SessionLog
-from serve_app.core.records import MemoryRow
 from serve_app.stores.vectors import VectorStore
 
 

@@ -6,10 +6,10 @@ import uuid
 import pytest
 
 from serve_app.core.keywords import memory_keywords, normalize
+from serve_app.core.records import MemoryRow
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.keyword_index import KeywordIndex
-from serve_app.core.records import MemoryRow
 
 HOSTILE = ['x" or user_id != "', "q'\n\u00e9", "a\\", "' or 1=1 --", "\u202eevil", "%", "_"]
 

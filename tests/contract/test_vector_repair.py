@@ -9,12 +9,12 @@ import asyncio
 import numpy as np
 import pytest
 
+from serve_app.core.records import MemoryRow
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.memories import delete_memories, repair_vectors, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.core.records import MemoryRow
 
 
 @pytest.fixture(scope="module")

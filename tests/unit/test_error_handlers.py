@@ -45,7 +45,9 @@ def _get(raised: BaseException):
 
 def test_every_exception_handler_is_a_coroutine_function():
     app = _app()
-    sync = [f"{exc!r}: {handler!r}" for exc, handler in app.exception_handlers.items() if not inspect.iscoroutinefunction(handler)]
+    sync = [
+        f"{exc!r}: {handler!r}" for exc, handler in app.exception_handlers.items() if not inspect.iscoroutinefunction(handler)
+    ]
     assert not sync, f"plain-def exception handlers run on a worker thread: {sync}"
 
 
@@ -128,6 +130,11 @@ def test_an_oversize_body_is_refused_before_it_is_read():
 def test_errors_cross_a_process_boundary_whole():
     import pickle
 
-    for error in (errors.FactNotFound(), errors.CompactionConflict("lost"), errors.QuotaExceeded(3, 4), errors.SessionNotFound("s")):
+    for error in (
+        errors.FactNotFound(),
+        errors.CompactionConflict("lost"),
+        errors.QuotaExceeded(3, 4),
+        errors.SessionNotFound("s"),
+    ):
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and again.body() == error.body() and again.headers() == error.headers()
