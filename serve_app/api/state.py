@@ -15,7 +15,11 @@ _bearer = HTTPBearer(auto_error=False, description="API key as a bearer token.")
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="API key (alternative header).")
 
 
-def replica_dependencies(request: Request) -> Dependencies:
+# Every dependency here is `async`: FastAPI runs a plain `def` dependency on a worker thread, a
+# thread hand-off on every request.
+
+
+async def replica_dependencies(request: Request) -> Dependencies:
     """Set by `create_http_app` on the app of this replica."""
     return request.app.state.dependencies
 
@@ -26,7 +30,7 @@ async def authenticated_caller(
     header_key: str | None = Depends(_api_key_header),
 ) -> Caller:
     """The tenant comes from the API key (bearer or `X-API-Key`), never from the request body."""
-    deps = replica_dependencies(request)
+    deps: Dependencies = request.app.state.dependencies
     if not deps.keyring.enabled:  # the loopback-only local profile
         return Caller(deps.settings.default_tenant, "local")
     found = deps.keyring.tenant_for(bearer.credentials if bearer else header_key)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pymilvus.exceptions import MilvusException
 
 from serve_app import errors
-from serve_app.api.http import create_http_app
+from serve_app.api.http import ROUTERS, create_http_app
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 
@@ -138,3 +138,23 @@ def test_errors_cross_a_process_boundary_whole():
     ):
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and again.body() == error.body() and again.headers() == error.headers()
+
+
+def test_every_route_dependency_runs_on_the_event_loop():
+    """A plain `def` dependency runs on a worker thread: a thread hand-off on every request."""
+    from fastapi.routing import APIRoute
+
+    def sync_calls(dependant, route: str) -> list[str]:
+        found = []
+        for sub in dependant.dependencies:
+            call = sub.call
+            target = call if inspect.isfunction(call) else getattr(call, "__call__", call)  # noqa: B004
+            if not inspect.iscoroutinefunction(target):
+                found.append(f"{route}: {getattr(call, '__name__', call)!r}")
+            found += sync_calls(sub, route)
+        return found
+
+    routes = [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
+    assert len(routes) >= 18
+    sync = [name for r in routes for name in sync_calls(r.dependant, r.path)]
+    assert not sync, f"plain-def dependencies run on a worker thread: {sync}"
