@@ -28,9 +28,15 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
-def turn_memory_id(tenant_id: str, session_id: str, seq: int) -> str:
-    """Vector id of a session turn: a retried memorization upserts the same row."""
-    return "t" + _digest(tenant_id, session_id, str(seq))
+def turn_memory_id(tenant_id: str, user_id: str, session_id: str, role: str, content: str) -> str:
+    """Memory id of a session turn: a fingerprint of who said what, where.
+
+    Not the turn's seq: a session's log expires after its TTL and the next append to the same id
+    starts again at seq 1, so a seq-based id would overwrite the memories of the expired session (or,
+    for another user reusing the id, take them over). With the user and the text in it, a retried
+    memorization upserts the same row, a conversation resent after expiry finds its memories already
+    there, and a new conversation under an old session id adds beside the old one."""
+    return "t" + _digest(tenant_id, user_id, session_id, role, " ".join(content.split()))
 
 
 def direct_memory_id(tenant_id: str, user_id: str, text: str) -> str:

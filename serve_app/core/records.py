@@ -37,6 +37,8 @@ class MemoryRow:
     vector: list[float]
     keywords: str = ""
     """Normalized keyword text (`core.keywords.memory_keywords`); empty = the text's own terms."""
+    context: tuple[str, ...] = ()
+    """The turns just before a turn memory, as its keyword text carries them (kept for re-analysis)."""
 
 
 @dataclass

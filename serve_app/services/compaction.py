@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from enum import Enum
 
 from serve_app.core.budget import group_blocks
 from serve_app.core.compression import SummaryState, plan_compaction
@@ -113,19 +114,23 @@ async def compact_session(
     raise CompactionConflict(f"compaction of {session} lost {conflicts} compare-and-set races")
 
 
-async def redo_degraded(log: SessionLog, tenant: str, session: str, *, summarizer: Summarizer) -> bool | None:
-    """Rebuild a degraded (extractive fallback) checkpoint with the LLM, covering the same turns.
+class Redo(Enum):
+    """What `redo_degraded` did with a session's checkpoint."""
 
-    True when replaced, False when the LLM failed again or a newer checkpoint won, None when there
-    was nothing to redo.
-    """
+    NOT_NEEDED = "not needed"  # not degraded, no LLM, or nothing covered yet
+    REDONE = "redone"  # the LLM rewrote the summary over the same turns
+    STILL_DEGRADED = "still degraded"  # the LLM failed again, or a newer checkpoint won
+
+
+async def redo_degraded(log: SessionLog, tenant: str, session: str, *, summarizer: Summarizer) -> Redo:
+    """Rebuild a degraded (extractive fallback) checkpoint with the LLM, covering the same turns."""
     meta = await log.meta(tenant, session)
     if meta is None or not meta.summary_degraded or not summarizer.uses_llm or meta.covers_upto_seq == 0:
-        return None
+        return Redo.NOT_NEEDED
     covered = await log.read(tenant, session, after=0, limit=meta.covers_upto_seq)
     made = await summarizer.summarize(SummaryState(), "", covered, meta.covers_upto_seq)
     if made.degraded:
-        return False
+        return Redo.STILL_DEGRADED
     version = await log.write_checkpoint(
         tenant,
         session,
@@ -135,4 +140,4 @@ async def redo_degraded(log: SessionLog, tenant: str, session: str, *, summarize
         degraded=False,
         state=made.state.to_dict(),
     )
-    return version is not None
+    return Redo.REDONE if version is not None else Redo.STILL_DEGRADED

@@ -11,7 +11,7 @@ import logging
 
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import ms_to_datetime
-from serve_app.core.records import Hit
+from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.errors import SessionOwnerError
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
 from serve_app.services.dependencies import Dependencies
@@ -77,9 +77,11 @@ async def build_working_memory(deps: Dependencies, tenant: str, req: ContextRequ
             return []
 
     (meta, turns), hits, facts = await asyncio.gather(session_part(), recall_part(), facts_part())
-    covers = meta.covers_upto_seq if meta else 0
-    # Raw turns of this session past the checkpoint are history already: do not recall them twice.
-    hits = [h for h in hits if not (h.session_id == req.session_id and h.kind == "turn" and h.seq > covers)][:top_k]
+    # Turns in the history section are not recalled twice. By seq and text, not by seq alone: under
+    # a session id used again after its log expired, the old conversation's seqs are not this one's.
+    in_history = {(t["seq"], clip_utf8(t.get("content") or "", MAX_TEXT_BYTES)) for t in turns}
+    hits = [h for h in hits if not (h.session_id == req.session_id and h.kind == "turn" and (h.seq, h.text) in in_history)]
+    hits = hits[:top_k]
     shares = req.shares or settings.shares
     max_tokens = req.max_tokens or settings.default_max_tokens
     result = build_context(

@@ -13,6 +13,7 @@ Milvus lacks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -64,6 +65,7 @@ def memory_row(
         created_at_ms=created_at_ms,
         vector=vector,
         keywords=memory_keywords(text, before=before, day=day, weight=settings.recall_keyword_self_weight),
+        context=tuple(before),
     )
 
 
@@ -184,6 +186,51 @@ async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) 
         if missing:
             logger.warning("repaired %d vectors of %s/%s that Milvus had lost", len(missing), tenant, user)
     return repaired
+
+
+async def reindex_keywords(stores: Stores, settings: Settings, *, chunk: int = 500, max_chunks: int | None = None) -> int:
+    """Index again, under this code's keyword analysis, every memory indexed with an older one;
+    returns how many were. Resumable: each chunk commits with its rows' analysis stamp, so a restart
+    goes on with the rows still stale. A memory indexed before its context was kept takes it from the
+    turn memories before it in its session."""
+    done = chunks = 0
+    wanted = settings.recall_keyword_context_turns
+    while max_chunks is None or chunks < max_chunks:
+        stale = await stores.keywords.stale(limit=chunk)
+        if not stale:
+            break
+        rows = []
+        for (tenant, user), group in itertools.groupby(stale, key=lambda m: (m.row.tenant_id, m.row.user_id)):
+            group = list(group)
+            unknown = sorted({m.row.session_id for m in group if not m.context_known and m.row.kind == "turn"})
+            turns = await stores.keywords.session_turns(tenant, user, unknown) if unknown else {}
+            for memory in group:
+                row = memory.row
+                before = row.context
+                if not memory.context_known:
+                    earlier = [text for seq, text in turns.get(row.session_id, []) if seq < row.seq]
+                    before = tuple(earlier[-wanted:]) if wanted and row.kind == "turn" else ()
+                rows.append(
+                    memory_row(
+                        settings,
+                        memory_id=row.id,
+                        tenant=tenant,
+                        user=user,
+                        text=row.text,
+                        created_at_ms=row.created_at_ms,
+                        vector=[],
+                        session=row.session_id,
+                        seq=row.seq,
+                        role=row.role,
+                        kind=row.kind,
+                        before=before,
+                    )
+                )
+        done += await stores.keywords.reindex(rows)
+        chunks += 1
+    if done:
+        logger.info("re-indexed the keywords of %d memories", done)
+    return done
 
 
 def _vector_row(tenant: str, user: str, hit: Hit, vector: Vector) -> MemoryRow:

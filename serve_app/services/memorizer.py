@@ -1,5 +1,7 @@
-"""Memorization as cursors: embed turns after `memorized_upto_seq`, extract facts after
-`extracted_upto_seq`, compact when due, redo degraded summaries once the LLM answers again.
+"""Memorization as cursors, in two lanes. The embedding lane embeds turns after
+`memorized_upto_seq` (and compacts, when there is no LLM); the LLM lane extracts facts after
+`extracted_upto_seq`, compacts with an LLM summary when due and redoes degraded summaries once the
+LLM answers again. The lanes are apart so that an LLM outage never holds up embedding.
 
 At-least-once work with an exactly-once effect: vector ids are deterministic and a fact write that
 repeats its value adds no row, so redoing a batch after a crash changes nothing; each cursor moves
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
 from serve_app.encoding import EmbedMany
+from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
-from serve_app.services.compaction import CompactionOutcome, compact_session, redo_degraded
+from serve_app.services.compaction import CompactionOutcome, Redo, compact_session, redo_degraded
 from serve_app.services.memories import delete_memories, memory_row, save_memories
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
@@ -30,6 +33,11 @@ def _said(turn: dict) -> bool:
     return turn["role"] in MEMORIZED_ROLES and bool((turn.get("content") or "").strip())
 
 
+def _origin(turn: dict) -> tuple[int, int]:
+    """Where and when a memory of the turn comes from: its seq and its instant."""
+    return turn["seq"], iso_to_ms(turn.get("created_at"))
+
+
 @dataclass
 class MemorizeReport:
     """What one pass did, for metrics and tests."""
@@ -40,8 +48,14 @@ class MemorizeReport:
     facts_written: int = 0
     extraction_rejects: int = 0
     extraction_failed: bool = False
-    redone: bool | None = None
+    redone: Redo = Redo.NOT_NEEDED
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def llm_trouble(self) -> bool:
+        """The LLM failed somewhere in the pass: its work is owed still."""
+        degraded = self.compaction is not None and self.compaction.degraded
+        return self.extraction_failed or degraded or self.redone is Redo.STILL_DEGRADED
 
 
 class SessionMemorizer:
@@ -74,16 +88,19 @@ class SessionMemorizer:
         )
 
     async def memorize(self, tenant: str, session: str, on_conflict=lambda: None) -> MemorizeReport:
-        """Bring every cursor of the session to its last seq (as far as the LLM allows)."""
+        """The embedding lane: bring `memorized_upto_seq` to the last seq; without an LLM, compact too.
+
+        Never calls the LLM: what the session owes it (extraction, an LLM summary, a redo) is left
+        to `catch_up_llm`, whose lane the session joins once it is memorized."""
         report = MemorizeReport()
         batch = self.settings.memorizer_batch_size
         while True:
             meta = await self.log.meta(tenant, session)
             if meta is not None and await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
-                await self._erase(tenant, session)  # a session of a forgotten user that slipped through
+                await self._erase(tenant, session, meta.user_id)  # a session of a forgotten user that slipped through
                 meta = None
             if meta is None:
-                await self.log.advance_cursor(tenant, session, 0, done=True)  # drops it from pending
+                await self.log.advance_cursor(tenant, session, 0, done=True)  # drops it from both lanes
                 report.cursor = -1
                 return report
             turns = await self.log.read(tenant, session, after=meta.memorized_upto_seq, limit=batch)
@@ -91,61 +108,96 @@ class SessionMemorizer:
                 report.embedded += await self._embed_turns(tenant, session, meta.user_id, turns)
                 if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
                     # Deleted or forgotten while we embedded: remove what we just wrote.
-                    await self._erase(tenant, session)
+                    await self._erase(tenant, session, meta.user_id)
                     report.cursor = -1
                     return report
             done = len(turns) < batch
-            if done:
-                if self.extracts:
-                    await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report)
-                report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
-                if self.summarizer.uses_llm:
-                    report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
+            if done and not self.uses_llm:
+                try:
+                    report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+                except SessionNotFound:  # deleted meanwhile: the next pass finds nothing to do
+                    report.cursor = -1
+                    return report
             upto = turns[-1]["seq"] if turns else meta.memorized_upto_seq
-            report.cursor = await self.log.advance_cursor(
-                tenant,
-                session,
-                upto,
-                done=done,
-                needs_extraction=self.extracts,
-                needs_llm_summary=self.summarizer.uses_llm,
-            )
+            report.cursor = await self.log.advance_cursor(tenant, session, upto, done=done, owes_llm=self.uses_llm)
             if done:
                 return report
+
+    @property
+    def uses_llm(self) -> bool:
+        return self.llm is not None
+
+    async def catch_up_llm(self, tenant: str, session: str, on_conflict=lambda: None) -> MemorizeReport:
+        """The LLM lane: extract facts after `extracted_upto_seq`, compact with an LLM summary when
+        due, and redo a degraded summary. Each step stops at the LLM's first failure and leaves its
+        cursor where it is; `llm_trouble` then says so and the lane retries later."""
+        report = MemorizeReport()
+        meta = await self.log.meta(tenant, session)
+        if meta is None or await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
+            report.cursor = -1
+            return report
+        if self.extracts:
+            await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report)
+            if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
+                await self._erase(tenant, session, meta.user_id)
+                report.cursor = -1
+                return report
+        try:
+            report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+            report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
+        except SessionNotFound:
+            report.cursor = -1
+        return report
 
     async def _gone(self, tenant: str, session: str, user: str, created_at_ms: int) -> bool:
         return await self.log.meta(tenant, session) is None or await self.log.forgotten(tenant, user, created_at_ms)
 
-    async def _erase(self, tenant: str, session: str) -> None:
+    async def _erase(self, tenant: str, session: str, user: str) -> None:
+        """The session and its user's memories of it (another user's memories under a reused id stay)."""
         await self.log.delete(tenant, session)
-        await delete_memories(self.stores, tenant, session=session)
+        await delete_memories(self.stores, tenant, user=user, session=session)
 
     async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> int:
-        items = [t for t in turns if _said(t)]
+        """Write the said turns as memories; returns how many were written.
+
+        A turn whose memory exists from another sighting (the same words resent after the log
+        expired, or said twice) keeps that first memory and its date; the same turn again (a retried
+        batch) is simply written again."""
+        said = [t for t in turns if _said(t)]
+        ids = [turn_memory_id(tenant, user, session, t["role"], t["content"]) for t in said]
+        first = {h.id: h for h in await self.stores.keywords.fetch(tenant, user, ids)}
+        items: dict[str, dict] = {}
+        for memory_id, turn in zip(ids, said, strict=True):
+            seen = first.get(memory_id)
+            if memory_id in items or (seen is not None and (seen.seq, seen.created_at_ms) != _origin(turn)):
+                continue
+            items[memory_id] = turn
         if not items:
             return 0
-        vectors = await self.embed([t["content"] for t in items])
+        vectors = await self.embed([t["content"] for t in items.values()])
         context = await self._turns_before(tenant, session, turns[0]["seq"])
-        rows = []
-        for turn, vector in zip(items, vectors, strict=True):
-            rows.append(
-                memory_row(
-                    self.settings,
-                    memory_id=turn_memory_id(tenant, session, turn["seq"]),
-                    tenant=tenant,
-                    user=user,
-                    text=turn["content"],
-                    created_at_ms=iso_to_ms(turn.get("created_at")),
-                    vector=vector,
-                    session=session,
-                    seq=turn["seq"],
-                    role=turn["role"],
-                    kind="turn",
-                    before=[t["content"] for t in context[-self.settings.recall_keyword_context_turns :]]
-                    if self.settings.recall_keyword_context_turns
-                    else [],
+        wanted = self.settings.recall_keyword_context_turns
+        rows, by_seq = [], dict(zip((t["seq"] for t in items.values()), vectors, strict=True))
+        for turn in turns:
+            if not _said(turn):
+                continue
+            if turn["seq"] in by_seq:
+                rows.append(
+                    memory_row(
+                        self.settings,
+                        memory_id=turn_memory_id(tenant, user, session, turn["role"], turn["content"]),
+                        tenant=tenant,
+                        user=user,
+                        text=turn["content"],
+                        created_at_ms=iso_to_ms(turn.get("created_at")),
+                        vector=by_seq[turn["seq"]],
+                        session=session,
+                        seq=turn["seq"],
+                        role=turn["role"],
+                        kind="turn",
+                        before=[t["content"] for t in context[-wanted:]] if wanted else [],
+                    )
                 )
-            )
             context.append(turn)
         await save_memories(self.stores, rows)
         return len(rows)
@@ -210,4 +262,10 @@ class SessionMemorizer:
                         tenant, user, fact.key, fact.value, fact.category, source_session=session, source_seqs=seqs
                     )
                     report.facts_written += int(changed)
+                if facts and await self.log.forgotten(tenant, user, created_at_ms):
+                    # The user was forgotten between the check above and these writes: the forget
+                    # set its tombstone before erasing, so what we wrote after it is erased here.
+                    await self.facts.forget(tenant, user)
+                    report.facts_written = 0
+                    return
             await self.log.advance_cursor(tenant, session, chunk[-1]["seq"], done=False, cursor="extracted_upto_seq")

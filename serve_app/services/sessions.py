@@ -70,11 +70,16 @@ async def read_page(deps: Dependencies, tenant: str, session_id: str, *, after: 
 
 
 async def delete_session(deps: Dependencies, tenant: str, session_id: str) -> schemas.Deleted:
-    """The log, its checkpoint and the session's memories in both indexes."""
-    first = await delete_memories(deps.stores, tenant, session=session_id)
+    """The log, its checkpoint and the session's memories in both indexes.
+
+    A live session takes only its owner's memories: another user's, made under the same id before
+    its log expired, stay. A session whose log has expired takes every memory made under its id."""
+    meta = await deps.stores.log.meta(tenant, session_id)
+    owner = meta.user_id if meta is not None else None
+    first = await delete_memories(deps.stores, tenant, user=owner, session=session_id)
     removed = await deps.stores.log.delete(tenant, session_id)
     # A memorizer that read the log before the delete may have upserted since: sweep again.
-    again = await delete_memories(deps.stores, tenant, session=session_id)
+    again = await delete_memories(deps.stores, tenant, user=owner, session=session_id)
     counts = {name: first[name] + again[name] for name in first}
     if not removed and not any(counts.values()):
         raise SessionNotFound(session_id)

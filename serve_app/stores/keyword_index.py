@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import asyncpg
 
-from serve_app.core.keywords import normalize
+from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 
 BM25_K1 = 1.2
@@ -58,32 +59,20 @@ class KeywordIndex:
     async def upsert(self, rows: Iterable[MemoryRow]) -> int:
         """Index (or re-index) memories; a retry replaces the same rows, never adds postings."""
         written = 0
-        by_user: dict[tuple[str, str], list[MemoryRow]] = {}
-        for row in rows:
-            by_user.setdefault((row.tenant_id, row.user_id), []).append(row)
         async with self.pool.acquire() as conn, conn.transaction():
-            for (tenant, user), group in sorted(by_user.items()):
-                # Writers of one user take turns (two memorizers replacing the same postings would
-                # otherwise deadlock on each other's rows); other users are not held up.
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}")
-                ids = [r.id for r in group]
-                await conn.execute(
-                    "DELETE FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
-                    tenant,
-                    user,
-                    ids,
-                )
-                terms_of = {r.id: Counter(keyword_text(r).split()) for r in group}
-                length_of = {memory_id: sum(counts.values()) for memory_id, counts in terms_of.items()}
+            for (tenant, user), group in _by_user(rows):
+                await _lock_user(conn, tenant, user)
+                lengths = await _replace_postings(conn, tenant, user, group)
                 await conn.executemany(
                     """
                     INSERT INTO memory_keywords
-                        (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                        (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length,
+                         analysis, context)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                     ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
                         session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
                         kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
-                        length = EXCLUDED.length
+                        length = EXCLUDED.length, analysis = EXCLUDED.analysis, context = EXCLUDED.context
                     """,
                     [
                         (
@@ -96,28 +85,87 @@ class KeywordIndex:
                             r.kind,
                             r.text,
                             r.created_at_ms,
-                            length_of[r.id],
+                            lengths[r.id],
+                            ANALYSIS_VERSION,
+                            list(r.context),
                         )
                         for r in group
                     ],  # fmt: skip
                 )
-                postings = [(r.id, term, tf, length_of[r.id]) for r in group for term, tf in terms_of[r.id].items()]
-                if postings:
-                    memory_ids, terms, tfs, lengths = (list(column) for column in zip(*postings, strict=True))
-                    await conn.execute(
-                        """
-                        INSERT INTO memory_postings (tenant_id, user_id, memory_id, term, tf, length)
-                        SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::int[], $6::int[])
-                        """,
-                        tenant,
-                        user,
-                        memory_ids,
-                        terms,
-                        tfs,
-                        lengths,
-                    )
                 written += len(group)
         return written
+
+    async def stale(self, limit: int) -> list[IndexedMemory]:
+        """Memories indexed with an older keyword analysis than this code's, in session order."""
+        rows = await self.pool.fetch(
+            "SELECT tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, context"
+            " FROM memory_keywords WHERE analysis < $1 ORDER BY tenant_id, user_id, session_id, seq, memory_id LIMIT $2",
+            ANALYSIS_VERSION,
+            limit,
+        )
+        return [
+            IndexedMemory(
+                MemoryRow(
+                    id=r["memory_id"],
+                    tenant_id=r["tenant_id"],
+                    user_id=r["user_id"],
+                    session_id=r["session_id"],
+                    seq=int(r["seq"]),
+                    role=r["role"],
+                    kind=r["kind"],
+                    text=r["text"],
+                    created_at_ms=int(r["created_at"]),
+                    vector=[],
+                    context=tuple(r["context"] or ()),
+                ),
+                context_known=r["context"] is not None,
+            )
+            for r in rows
+        ]
+
+    async def session_turns(self, tenant: str, user: str, sessions: list[str]) -> dict[str, list[tuple[int, str]]]:
+        """(seq, text) of every turn memory of these sessions of a user, in seq order."""
+        rows = await self.pool.fetch(
+            "SELECT session_id, seq, text FROM memory_keywords"
+            " WHERE tenant_id = $1 AND user_id = $2 AND session_id = ANY($3::text[]) AND kind = 'turn' ORDER BY session_id, seq",
+            tenant,
+            user,
+            sessions,
+        )
+        found: dict[str, list[tuple[int, str]]] = {}
+        for r in rows:
+            found.setdefault(r["session_id"], []).append((int(r["seq"]), r["text"]))
+        return found
+
+    async def reindex(self, rows: Iterable[MemoryRow]) -> int:
+        """Index again, under this code's analysis, memories still indexed with an older one (a row
+        written meanwhile by the memorizer is current already and left as it is)."""
+        done = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            for (tenant, user), group in _by_user(rows):
+                await _lock_user(conn, tenant, user)
+                still = {
+                    r["memory_id"]
+                    for r in await conn.fetch(
+                        "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2"
+                        " AND memory_id = ANY($3::text[]) AND analysis < $4",
+                        tenant,
+                        user,
+                        [r.id for r in group],
+                        ANALYSIS_VERSION,
+                    )
+                }
+                group = [r for r in group if r.id in still]
+                if not group:
+                    continue
+                lengths = await _replace_postings(conn, tenant, user, group)
+                await conn.executemany(
+                    "UPDATE memory_keywords SET length = $4, analysis = $5, context = $6"
+                    " WHERE tenant_id = $1 AND user_id = $2 AND memory_id = $3",
+                    [(tenant, user, r.id, lengths[r.id], ANALYSIS_VERSION, list(r.context)) for r in group],
+                )
+                done += len(group)
+        return done
 
     async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
         """BM25 of one user's memories against `terms` (normalized, space-separated), best first."""
@@ -181,6 +229,54 @@ class KeywordIndex:
                     [r["memory_id"] for r in removed],
                 )
         return len(removed)
+
+
+@dataclass
+class IndexedMemory:
+    row: MemoryRow
+    context_known: bool
+    """False for a memory indexed before its context was kept: it is read from its session's turns."""
+
+
+def _by_user(rows: Iterable[MemoryRow]) -> list[tuple[tuple[str, str], list[MemoryRow]]]:
+    by_user: dict[tuple[str, str], list[MemoryRow]] = {}
+    for row in rows:
+        by_user.setdefault((row.tenant_id, row.user_id), []).append(row)
+    return sorted(by_user.items())
+
+
+async def _lock_user(conn: asyncpg.Connection, tenant: str, user: str) -> None:
+    """Writers of one user take turns (two memorizers replacing the same postings would otherwise
+    deadlock on each other's rows); other users are not held up."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}")
+
+
+async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, group: list[MemoryRow]) -> dict[str, int]:
+    """Replace the postings of these memories of one user; returns each memory's length in terms."""
+    await conn.execute(
+        "DELETE FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
+        tenant,
+        user,
+        [r.id for r in group],
+    )
+    terms_of = {r.id: Counter(keyword_text(r).split()) for r in group}
+    lengths = {memory_id: sum(counts.values()) for memory_id, counts in terms_of.items()}
+    postings = [(r.id, term, tf, lengths[r.id]) for r in group for term, tf in terms_of[r.id].items()]
+    if postings:
+        memory_ids, terms, tfs, term_lengths = (list(column) for column in zip(*postings, strict=True))
+        await conn.execute(
+            """
+            INSERT INTO memory_postings (tenant_id, user_id, memory_id, term, tf, length)
+            SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::int[], $6::int[])
+            """,
+            tenant,
+            user,
+            memory_ids,
+            terms,
+            tfs,
+            term_lengths,
+        )
+    return lengths
 
 
 def _hit(row: asyncpg.Record) -> Hit:

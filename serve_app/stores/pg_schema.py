@@ -65,6 +65,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE memory_keywords SET (autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 200);
         """,
     ),
+    (
+        4,
+        """
+        -- The keyword analysis each memory was indexed with (core.keywords.ANALYSIS_VERSION), and the
+        -- turns before it that its keyword text carries, so that a new analysis can index it again
+        -- from PostgreSQL alone. Rows written before this migration: analysis 1, context unknown.
+        ALTER TABLE memory_keywords ADD COLUMN analysis INT NOT NULL DEFAULT 1;
+        ALTER TABLE memory_keywords ADD COLUMN context TEXT[];
+        CREATE INDEX memory_keywords_analysis ON memory_keywords (analysis);
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

@@ -58,11 +58,12 @@ redis.call('HSET', KEYS[1], 'summary', ARGV[2], 'covers_upto_seq', ARGV[3], 'sum
 return version + 1
 """
 
-# ARGV: new cursor value, pending member, done flag, cursor field, '1' if extraction must be caught
-# up too, '1' if a degraded summary must be redone before the session leaves the pending set.
+# KEYS: meta, log, the embedding lane, the LLM lane. ARGV: new cursor value, lane member, done
+# flag, cursor field, '1' if the session then owes the LLM lane a pass, now (ms).
 _ADVANCE_CURSOR = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
   return -2
 end
 local field = ARGV[4]
@@ -73,17 +74,42 @@ if new > cur then
   if field == 'extracted_upto_seq' then redis.call('HDEL', KEYS[1], 'extraction_failures') end
   cur = new
 end
-if ARGV[3] == '1' then
-  local len = redis.call('LLEN', KEYS[2])
-  local caught_up = tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0') >= len
-  if ARGV[5] == '1' and tonumber(redis.call('HGET', KEYS[1], 'extracted_upto_seq') or '0') < len then caught_up = false end
-  if ARGV[6] == '1' and redis.call('HGET', KEYS[1], 'summary_degraded') == '1' then caught_up = false end
-  if caught_up then redis.call('ZREM', KEYS[3], ARGV[2]) end
+if ARGV[3] == '1' and tonumber(redis.call('HGET', KEYS[1], 'memorized_upto_seq') or '0') >= redis.call('LLEN', KEYS[2]) then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  if ARGV[5] == '1' then redis.call('ZADD', KEYS[4], 'NX', ARGV[6], ARGV[2]) end
 end
 return cur
 """
 
+# KEYS: meta, log, the LLM lane. ARGV: lane member, the log length the pass started from, '1' if
+# it succeeded, the retry delay (ms) if not, now (ms). A session leaves the lane only when nothing
+# arrived since the pass began and its summary is not degraded; a failed pass comes back after the
+# delay, doubled per failure (kept in the meta, so every replica backs off alike).
+_LLM_PASS_DONE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return 0
+end
+if ARGV[3] == '1' then
+  redis.call('HDEL', KEYS[1], 'llm_failures')
+  if redis.call('LLEN', KEYS[2]) <= tonumber(ARGV[2]) and redis.call('HGET', KEYS[1], 'summary_degraded') ~= '1' then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return 0
+  end
+  redis.call('ZADD', KEYS[3], 'XX', ARGV[5], ARGV[1])
+  return 0
+end
+local failures = redis.call('HINCRBY', KEYS[1], 'llm_failures', 1)
+local delay = math.min(tonumber(ARGV[4]) * 2 ^ (failures - 1), 60000)
+redis.call('ZADD', KEYS[3], 'XX', tonumber(ARGV[5]) + delay, ARGV[1])
+return delay
+"""
+
 PENDING_KEY = "ms:pending"
+"""The embedding lane: sessions with turns not yet memorized, scored by the oldest one's arrival."""
+LLM_PENDING_KEY = "ms:pending:llm"
+"""The LLM lane: sessions owed extraction, an LLM summary or its redo, scored by when they are due.
+Apart from the embedding lane, so that an LLM outage never holds up embedding."""
 
 
 @dataclass
@@ -116,6 +142,7 @@ class SessionLog:
         self._append = self.redis.register_script(_APPEND)
         self._cas = self.redis.register_script(_CHECKPOINT_CAS)
         self._advance = self.redis.register_script(_ADVANCE_CURSOR)
+        self._llm_done = self.redis.register_script(_LLM_PASS_DONE)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -208,17 +235,41 @@ class SessionLog:
         *,
         done: bool,
         cursor: str = "memorized_upto_seq",
-        needs_extraction: bool = False,
-        needs_llm_summary: bool = False,
+        owes_llm: bool = False,
     ) -> int:
-        """Move a cursor forward (never back); when `done`, drop the session from pending if every
-        cursor the memorizer owes is at the end of the log."""
+        """Move a cursor forward (never back). When `done` and every turn is memorized, the session
+        leaves the embedding lane and, if `owes_llm`, joins the LLM lane (due now)."""
         if cursor not in ("memorized_upto_seq", "extracted_upto_seq"):
             raise ValueError(cursor)
         meta_key, log_key, _ = self._keys(tenant, session)
         member = self.pending_member(tenant, session)
-        flags = ["1" if done else "0", cursor, "1" if needs_extraction else "0", "1" if needs_llm_summary else "0"]
-        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY], args=[upto_seq, member, *flags]))
+        args = [upto_seq, member, "1" if done else "0", cursor, "1" if owes_llm else "0", now_ms()]
+        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY, LLM_PENDING_KEY], args=args))
+
+    async def llm_due(self, limit: int) -> list[tuple[str, str]]:
+        """Sessions of the LLM lane whose pass is due now, longest waiting first."""
+        members = await self.redis.zrangebyscore(LLM_PENDING_KEY, "-inf", now_ms(), start=0, num=limit)
+        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
+
+    async def llm_pass_done(self, tenant: str, session: str, *, seen_len: int, ok: bool, retry_ms: int) -> int:
+        """Record an LLM pass over the log as it was at `seen_len` turns; returns the retry delay (ms)
+        after a failure, 0 otherwise."""
+        meta_key, log_key, _ = self._keys(tenant, session)
+        args = [self.pending_member(tenant, session), seen_len, "1" if ok else "0", retry_ms, now_ms()]
+        return int(await self._llm_done(keys=[meta_key, log_key, LLM_PENDING_KEY], args=args))
+
+    async def lane_sizes(self) -> tuple[int, int]:
+        """Sessions in the embedding lane and in the LLM lane."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(PENDING_KEY)
+            pipe.zcard(LLM_PENDING_KEY)
+            embedding, llm = await pipe.execute()
+        return int(embedding), int(llm)
+
+    async def llm_pending(self, limit: int = 100) -> list[tuple[str, str]]:
+        """Every session of the LLM lane, due or backing off."""
+        members = await self.redis.zrange(LLM_PENDING_KEY, 0, limit - 1)
+        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
 
     @staticmethod
     def tombstone_key(tenant: str, user: str) -> str:
@@ -271,6 +322,7 @@ class SessionLog:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(meta_key, log_key, ids_key)
             pipe.zrem(PENDING_KEY, self.pending_member(tenant, session))
+            pipe.zrem(LLM_PENDING_KEY, self.pending_member(tenant, session))
             if owner:
                 pipe.zrem(self.user_sessions_key(tenant, owner), session)
             removed = (await pipe.execute())[0]

@@ -80,3 +80,96 @@ async def test_hostile_ids_and_terms_never_widen_a_query(keywords: KeywordIndex,
     assert await keywords.delete("t", user=hostile) == 0
     assert await keywords.delete("t", session=hostile) == 0
     assert [h.text for h in await keywords.search("t", "victim", "victim", limit=5)] == ["victim data"]
+
+
+async def test_memories_are_found_by_the_date_words_of_a_query(keywords: KeywordIndex):
+    """A memory dated 8 May 2023 and one dated 7 July 2023, among undated chatter."""
+    from datetime import date
+
+    user = "u-" + uuid.uuid4().hex[:6]
+    dated = {
+        "We went to the beach.": date(2023, 5, 8),
+        "We went to the museum.": date(2023, 7, 7),
+    }
+    rows = [
+        MemoryRow(
+            id=f"d{i}",
+            tenant_id="t",
+            user_id=user,
+            session_id="s",
+            seq=i,
+            role="user",
+            kind="turn",
+            text=text,
+            created_at_ms=0,
+            vector=[0.0],
+            keywords=memory_keywords(text, day=day),
+        )  # fmt: skip
+        for i, (text, day) in enumerate(dated.items())
+    ]
+    rows += [_row("t", user, "s2", i, f"We went to place number {i}.") for i in range(1, 20)]
+    await keywords.upsert(rows)
+    for query, expected in [
+        ("Where did we go in May 2023?", "We went to the beach."),
+        ("Where did we go on 8 May?", "We went to the beach."),
+        ("where did we go on 7 July", "We went to the museum."),
+        ("Where did we go July 7th?", "We went to the museum."),
+    ]:
+        hits = await keywords.search("t", user, normalize(query), limit=3)
+        assert hits and hits[0].text == expected, (query, [h.text for h in hits])
+
+
+async def test_memories_of_an_older_analysis_are_indexed_again_resumably(backends, embed):
+    """Keyword text written by an older analysis (dates as "8 may 2023", no context kept) is indexed
+    again from PostgreSQL alone: a chunk at a time, and the memorizer finishes the job at its start."""
+
+    from serve_app.core.keywords import ANALYSIS_VERSION
+    from serve_app.services.memories import reindex_keywords
+    from serve_app.services.sweep import MemorizerSweep
+
+    settings = Settings(**backends.env, milvus_collection="kw_reindex")
+    stores = await Stores.connect(settings)
+    user = "u-" + uuid.uuid4().hex[:6]
+    said = ["Did you take Rex to the vet on Monday?", "Yes, I did.", "We went to the beach.", "Lovely weather."]
+    old_day = "8 may 2023"  # what the first analysis wrote: "may" unstemmed, a stop word in every query
+    rows = [
+        MemoryRow(
+            id=f"legacy-{i}",
+            tenant_id="t",
+            user_id=user,
+            session_id="s-old",
+            seq=i + 1,
+            role="user",
+            kind="turn",
+            text=text,
+            created_at_ms=1683504000000,
+            vector=[0.0],
+            keywords=" ".join([old_day, *([normalize(said[i - 1])] if i else []), normalize(text), normalize(text)]),
+        )  # fmt: skip
+        for i, text in enumerate(said)
+    ]
+    try:
+        await stores.keywords.upsert(rows)
+        await stores.keywords.pool.execute(  # as a memory written before migration 4 looks
+            "UPDATE memory_keywords SET analysis = 1, context = NULL WHERE tenant_id = 't' AND user_id = $1", user
+        )
+        may = normalize("Where did we go in May 2023?")
+        assert "We went to the beach." not in [h.text for h in await stores.keywords.search("t", user, may, limit=2)]
+
+        assert await reindex_keywords(stores, settings, chunk=2, max_chunks=1) == 2  # stopped after one chunk
+        stale = {m.row.id for m in await stores.keywords.stale(limit=1000)}
+        assert {"legacy-2", "legacy-3"} <= stale and not {"legacy-0", "legacy-1"} & stale
+
+        sweep = MemorizerSweep(stores, embed, settings)
+        await sweep.sweep()  # the memorizer's first sweep resumes it
+        await sweep.reindex
+        assert not {m.row.id for m in await stores.keywords.stale(limit=1000)} & {r.id for r in rows}
+        hits = await stores.keywords.search("t", user, may, limit=4)
+        assert {h.text for h in hits} >= {"We went to the beach."}
+        reply = await stores.keywords.search("t", user, normalize("vet visit"), limit=4)
+        assert "Yes, I did." in [h.text for h in reply]  # its context was read from the turn before it
+        versions = await stores.keywords.pool.fetch("SELECT DISTINCT analysis FROM memory_keywords WHERE user_id = $1", user)
+        assert [r["analysis"] for r in versions] == [ANALYSIS_VERSION]
+    finally:
+        await stores.keywords.delete("t", user=user)
+        await stores.close()

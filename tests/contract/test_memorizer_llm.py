@@ -9,25 +9,13 @@ import uuid
 
 import pytest
 
+from serve_app.services.compaction import Redo
 from serve_app.services.memorizer import SessionMemorizer
+from serve_app.services.sweep import MemorizerSweep
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from tests.doubles import ScriptedChatClient
-
-
-@pytest.fixture(scope="module")
-def embed():
-    """The real bundled all-MiniLM-L6-v2, in process."""
-    from sentence_transformers import SentenceTransformer
-
-    from serve_app.encoding.sentence import bundled_model_path
-
-    model = SentenceTransformer(bundled_model_path(), device="cpu")
-
-    async def encode(texts: list[str]) -> list[list[float]]:
-        return model.encode(texts, normalize_embeddings=True).tolist()
-
-    return encode
+from tests.lanes import BothLanes
 
 
 def scripted_model(call) -> str:
@@ -50,11 +38,13 @@ async def stores(backends):
     await connected.close()
 
 
+SETTINGS = Settings(compaction_trigger_tokens=64, compaction_keep_rounds=2, milvus_collection="memorizer_llm")
+
+
 @pytest.fixture
 def make(stores, embed):
-    def memorizer(llm) -> SessionMemorizer:
-        settings = Settings(compaction_trigger_tokens=64, compaction_keep_rounds=2, milvus_collection="memorizer_llm")
-        return SessionMemorizer(stores, embed, settings, llm)
+    def memorizer(llm) -> BothLanes:
+        return BothLanes(MemorizerSweep(stores, embed, SETTINGS, llm))
 
     return memorizer
 
@@ -97,16 +87,16 @@ async def test_outage_falls_back_then_is_redone(stores, make):
     meta = await stores.log.meta("local", session)
     assert meta.summary_degraded and meta.covers_upto_seq > 0
     assert meta.memorized_upto_seq == 12 and meta.extracted_upto_seq == 0  # extraction cursor held back
-    pending = await stores.log.pending(limit=10_000)
-    assert ("local", session) in pending  # stays pending until the LLM work is done
+    assert ("local", session) not in await stores.log.pending(limit=10_000)  # embedded: the LLM lane holds the rest
+    assert ("local", session) in await stores.log.llm_pending(limit=10_000)  # until the LLM work is done
 
     llm.down = False
     report = await memorizer.memorize("local", session)
-    assert report.redone is True
+    assert report.redone is Redo.REDONE
     meta = await stores.log.meta("local", session)
     assert not meta.summary_degraded and "ORD-31" in meta.summary and "$45.20" in meta.summary
     assert meta.extracted_upto_seq == 12
-    assert ("local", session) not in await stores.log.pending(limit=10_000)
+    assert ("local", session) not in await stores.log.llm_pending(limit=10_000)
 
 
 async def test_extraction_supersedes_facts_with_source_seqs(stores, make):
@@ -136,11 +126,11 @@ async def test_invalid_extraction_output_is_retried_not_skipped(stores, make):
     assert (await stores.facts.get("local", user, "home_city")).value == "Lyon"
 
 
-async def test_concurrent_memorizers_do_not_duplicate(stores, make):
+async def test_concurrent_memorizers_do_not_duplicate(stores, embed):
     llm = ScriptedChatClient(scripted_model)
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
     await _append(stores, session, user, [f"turn {i} about ORD-{i}" for i in range(30)])
-    await asyncio.gather(*(make(llm).memorize("local", session) for _ in range(3)))
+    await asyncio.gather(*(SessionMemorizer(stores, embed, SETTINGS, llm).memorize("local", session) for _ in range(3)))
     assert await stores.vectors.count_session("local", session) == 30
     meta = await stores.log.meta("local", session)
     assert meta.memorized_upto_seq == 30 and meta.message_count == 30
@@ -157,7 +147,7 @@ async def test_output_that_never_matches_the_schema_is_skipped_after_bounded_att
     report = await memorizer.memorize("local", session)  # third invalid answer: counted and skipped
     assert report.extraction_rejects == 1 and not report.extraction_failed
     assert (await stores.log.meta("local", session)).extracted_upto_seq == 1
-    assert ("local", session) not in await stores.log.pending(limit=10_000)
+    assert ("local", session) not in await stores.log.llm_pending(limit=10_000)
 
 
 async def test_tombstone_stops_a_memorizer_that_is_late(stores, make):
@@ -172,3 +162,33 @@ async def test_tombstone_stops_a_memorizer_that_is_late(stores, make):
     assert await stores.vectors.count_session("local", session) == 0
     assert await stores.facts.get("local", user, "favorite_language") is None
     assert llm.calls == []
+
+
+async def test_a_forget_that_lands_between_the_check_and_the_fact_write_leaves_no_fact(stores, make):
+    """The race itself, driven by events: extraction has checked the tombstone and is about to write
+    its facts when DELETE /v1/users/{id} runs; afterwards no fact of the user may remain."""
+    from serve_app.services.users import forget_user
+
+    llm = ScriptedChatClient(scripted_model)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I use Python at work."])
+    about_to_write, forgotten = asyncio.Event(), asyncio.Event()
+    real_put = stores.facts.put
+
+    async def put_after_the_forget(*args, **kwargs):
+        about_to_write.set()
+        await forgotten.wait()
+        return await real_put(*args, **kwargs)
+
+    stores.facts.put = put_after_the_forget
+    try:
+        memorizing = asyncio.create_task(make(llm).memorize("local", session))
+        await asyncio.wait_for(about_to_write.wait(), 60)
+        await forget_user(stores, "local", user)
+        forgotten.set()
+        (outcome,) = await asyncio.gather(memorizing, return_exceptions=True)
+    finally:
+        stores.facts.put = real_put
+    assert await stores.facts.current("local", user) == []
+    assert await stores.facts.history("local", user, "favorite_language") == []
+    assert not isinstance(outcome, Exception), outcome  # a forgotten session ends the pass quietly

@@ -107,6 +107,24 @@ async def test_cursor_and_pending(log):
     assert await log.advance_cursor("t", sid, 1, done=True) == 2  # never moves back
 
 
+async def test_the_llm_lane_holds_a_session_until_a_pass_over_everything_succeeds(log):
+    sid = _sid()
+    member = ("t", sid)
+    await log.append("t", sid, "u", [{"role": "user", "content": "a"}])
+    await log.advance_cursor("t", sid, 1, done=True, owes_llm=True)
+    assert member not in await log.pending(limit=10_000) and member in await log.llm_due(limit=10_000)
+
+    assert await log.llm_pass_done("t", sid, seen_len=1, ok=False, retry_ms=60_000) == 60_000
+    assert member not in await log.llm_due(limit=10_000) and member in await log.llm_pending(limit=10_000)  # backing off
+    assert await log.llm_pass_done("t", sid, seen_len=1, ok=False, retry_ms=20_000) == 40_000  # doubled per failure
+
+    await log.append("t", sid, "u", [{"role": "user", "content": "b"}])  # arrives while the next pass runs
+    await log.llm_pass_done("t", sid, seen_len=1, ok=True, retry_ms=1000)
+    assert member in await log.llm_due(limit=10_000)  # due again at once: the pass did not see "b"
+    await log.llm_pass_done("t", sid, seen_len=2, ok=True, retry_ms=1000)
+    assert member not in await log.llm_pending(limit=10_000)
+
+
 async def test_delete_removes_everything(log):
     sid = _sid()
     await log.append("t", sid, "u", [{"role": "user", "content": "a", "id": "x"}])

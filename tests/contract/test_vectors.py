@@ -32,7 +32,16 @@ def _vec(seed: int) -> list[float]:
 
 def _row(tenant, user, session, seq, seed=None, text="t") -> MemoryRow:
     return MemoryRow(
-        turn_memory_id(tenant, session, seq), tenant, user, session, seq, "user", "turn", text, seq, _vec(seed or seq)
+        id=turn_memory_id(tenant, user, session, "user", f"{text} (turn {seq})"),
+        tenant_id=tenant,
+        user_id=user,
+        session_id=session,
+        seq=seq,
+        role="user",
+        kind="turn",
+        text=text,
+        created_at_ms=seq,
+        vector=_vec(seed or seq),
     )
 
 

@@ -8,9 +8,11 @@ import pytest
 
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
-from serve_app.services.memorizer import SessionMemorizer
+from serve_app.services.compaction import Redo
+from serve_app.services.sweep import MemorizerSweep
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
+from tests.lanes import BothLanes
 
 from .conftest import MODEL_ID
 
@@ -66,7 +68,7 @@ async def test_guided_extraction_returns_schema_valid_json(openai_server):
 async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
     settings = _settings()
     client = OpenAIChatClient(openai_server.base_url, MODEL_ID, timeout_s=120)
-    memorizer = SessionMemorizer(stores, embed, settings, client)
+    memorizer = BothLanes(MemorizerSweep(stores, embed, settings, client))
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
     turns = [f"Order ORD-{100 + i} costs ${i}.25 and ships 2024-03-{i + 1:02d}." for i in range(10)]
     messages = [
@@ -95,14 +97,14 @@ async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
         assert report.extraction_failed
         meta = await stores.log.meta("local", session)
         assert meta.summary_degraded and meta.extracted_upto_seq == 6  # no skipped work
-        assert ("local", session) in await stores.log.pending(limit=10_000)
+        assert ("local", session) in await stores.log.llm_pending(limit=10_000)
     finally:
         openai_server.start()
 
     report = await memorizer.memorize("local", session)
-    assert report.redone is True
+    assert report.redone is Redo.REDONE
     meta = await stores.log.meta("local", session)
     assert not meta.summary_degraded and meta.extracted_upto_seq == 10
     assert all(item in meta.summary for item in ("ORD-100", "$0.25"))
-    assert ("local", session) not in await stores.log.pending(limit=10_000)
+    assert ("local", session) not in await stores.log.llm_pending(limit=10_000)
     await client.close()

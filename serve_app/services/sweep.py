@@ -1,0 +1,235 @@
+"""The memorizer's schedule: which sessions to memorize, when, and what to do between sessions.
+
+A timer sweeps two lanes in Redis (appends may also poke a session), so a lost poke or a crashed
+replica only delays work: the next sweep redoes it from the session's cursors. The embedding lane
+never calls the LLM; the LLM lane holds what sessions owe it, each due at its own time, so sessions
+that back off while the LLM is down never crowd out the rest. After Milvus restarts, the vectors it
+lost are repaired from PostgreSQL; new vectors are flushed on a timer. No Ray here: the Memorizer
+deployment runs one of these per replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from serve_app.encoding import EmbedMany
+from serve_app.llm.client import ChatClient
+from serve_app.services.compaction import CompactionOutcome
+from serve_app.services.memories import reindex_keywords, repair_vectors
+from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
+from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
+
+logger = logging.getLogger("ray.serve")
+MAX_BACKOFF_S = 60.0
+
+Key = tuple[str, str]  # (tenant, session)
+
+
+class SweepObservers(Protocol):
+    """Where the memorizer's metrics go (Prometheus in a replica)."""
+
+    def memorized(self, report: MemorizeReport, lag_s: float | None) -> None: ...
+
+    def compacted(self, outcome: CompactionOutcome | None) -> None: ...
+
+    def conflict(self) -> None: ...
+
+    def pending(self, count: int) -> None: ...
+
+    def llm_pending(self, count: int) -> None: ...
+
+    def failed(self) -> None: ...
+
+    def repaired(self, count: int) -> None: ...
+
+    def reindexed(self, count: int) -> None: ...
+
+
+class NoSweepObservers:
+    def memorized(self, report: MemorizeReport, lag_s: float | None) -> None:
+        pass
+
+    def compacted(self, outcome: CompactionOutcome | None) -> None:
+        pass
+
+    def conflict(self) -> None:
+        pass
+
+    def pending(self, count: int) -> None:
+        pass
+
+    def llm_pending(self, count: int) -> None:
+        pass
+
+    def failed(self) -> None:
+        pass
+
+    def repaired(self, count: int) -> None:
+        pass
+
+    def reindexed(self, count: int) -> None:
+        pass
+
+
+class MemorizerSweep:
+    def __init__(
+        self,
+        stores: Stores,
+        embed: EmbedMany,
+        settings: Settings,
+        llm: ChatClient | None = None,
+        observers: SweepObservers | None = None,
+        pending_limit: int = 256,
+    ):
+        self.stores = stores
+        self.embed = embed
+        self.settings = settings
+        self.observers = observers or NoSweepObservers()
+        self.pending_limit = pending_limit
+        self.logic = SessionMemorizer(stores, embed, settings, llm)
+        self.running: dict[Key, asyncio.Task] = {}
+        self.again: set[Key] = set()
+        self.not_before: dict[Key, tuple[float, float]] = {}  # retry backoff of failed embedding passes
+        self.llm_running: dict[Key, asyncio.Task] = {}
+        self.unflushed = False
+        self.last_flush = time.monotonic()
+        self.repaired_reloads: int | None = None  # None: repair once at start (Milvus may have restarted meanwhile)
+        self.repair: asyncio.Task | None = None
+        self.reindex: asyncio.Task | None = None  # once per start: keywords of an older analysis
+
+    def schedule(self, tenant: str, session: str) -> asyncio.Task:
+        """Memorize the session now, or once more when it is already running (new turns arrived)."""
+        key = (tenant, session)
+        task = self.running.get(key)
+        if task is not None and not task.done():
+            self.again.add(key)
+            return task
+        task = asyncio.create_task(self._run(key))
+        self.running[key] = task
+        return task
+
+    async def _run(self, key: Key) -> MemorizeReport | None:
+        report = None
+        try:
+            while True:
+                self.again.discard(key)
+                since_ms = await self.stores.log.pending_since_ms(*key)
+                report = await self.logic.memorize(*key, on_conflict=self.observers.conflict)
+                lag = max(0.0, time.time() - since_ms / 1000) if since_ms is not None and report.cursor >= 0 else None
+                self.observers.memorized(report, lag)
+                self.unflushed = self.unflushed or report.embedded > 0
+                if key not in self.again:
+                    break
+            self.not_before.pop(key, None)
+        except Exception:
+            self.observers.failed()
+            self._back_off(key)
+            logger.exception("memorization of %s/%s failed; the sweep will retry from the cursor", *key)
+        finally:
+            self.running.pop(key, None)
+        return report
+
+    def _back_off(self, key: Key) -> None:
+        _, delay = self.not_before.get(key, (0.0, self.settings.memorizer_sweep_interval_s))
+        delay = min(MAX_BACKOFF_S, delay * 2)
+        self.not_before[key] = (time.monotonic() + delay, delay)
+
+    def schedule_llm(self, tenant: str, session: str) -> asyncio.Task:
+        key = (tenant, session)
+        task = self.llm_running.get(key)
+        if task is None or task.done():
+            task = self.llm_running[key] = asyncio.create_task(self._run_llm(key))
+        return task
+
+    async def _run_llm(self, key: Key) -> MemorizeReport | None:
+        """One LLM pass; the lane in Redis keeps the session due again later if the LLM failed."""
+        report, ok, seen_len = None, False, 0
+        try:
+            meta = await self.stores.log.meta(*key)
+            seen_len = meta.message_count if meta is not None else 0
+            report = await self.logic.catch_up_llm(*key, on_conflict=self.observers.conflict)
+            self.observers.memorized(report, None)
+            ok = not report.llm_trouble
+        except Exception:
+            self.observers.failed()
+            logger.exception("LLM work for %s/%s failed; retried later", *key)
+        try:
+            retry_ms = int(2000 * self.settings.memorizer_sweep_interval_s)
+            await self.stores.log.llm_pass_done(*key, seen_len=seen_len, ok=ok, retry_ms=retry_ms)
+        except Exception:  # the session stays due: the next sweep runs it again
+            logger.exception("could not record the LLM pass of %s/%s", *key)
+        finally:
+            self.llm_running.pop(key, None)
+        return report
+
+    async def compress(self, tenant: str, session: str) -> dict:
+        """Compact now (the API's /compress), with the configured summarizer."""
+        outcome = await self.logic.compact(tenant, session, force=True, on_conflict=self.observers.conflict)
+        self.observers.compacted(outcome)
+        return outcome.public()
+
+    async def sweep(self) -> None:
+        """One pass: start the sessions of both lanes that are due, flush, repair after a Milvus restart."""
+        pending = await self.stores.log.pending(limit=self.pending_limit)
+        embedding_lane, llm_lane = await self.stores.log.lane_sizes()
+        self.observers.pending(embedding_lane)
+        self.observers.llm_pending(llm_lane)
+        now = time.monotonic()
+        for tenant, session in pending:
+            key = (tenant, session)
+            if key not in self.running and self.not_before.get(key, (0.0, 0.0))[0] <= now:
+                self.schedule(tenant, session)
+        if self.logic.uses_llm:
+            due = await self.stores.log.llm_due(limit=self.pending_limit)
+            for tenant, session in due:
+                if (tenant, session) not in self.llm_running:
+                    self.schedule_llm(tenant, session)
+        await self._flush_if_due(now)
+        await self._repair_if_reloaded()
+        if self.reindex is None:
+            self.reindex = asyncio.create_task(self._reindex())
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.memorizer_sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception:
+                logger.exception("memorizer sweep failed; retrying next interval")
+
+    async def _repair_if_reloaded(self) -> None:
+        """After Milvus restarted (a replica found the collection released), re-embed what it lost."""
+        if not self.settings.vector_repair or (self.repair is not None and not self.repair.done()):
+            return
+        reloads = await self.stores.milvus_reloads()
+        if reloads != self.repaired_reloads:
+            self.repair = asyncio.create_task(self._repair(reloads))
+
+    async def _repair(self, reloads: int) -> None:
+        try:
+            repaired = await repair_vectors(self.stores, self.embed)
+            self.observers.repaired(repaired)
+            self.repaired_reloads = reloads
+            self.unflushed = self.unflushed or repaired > 0
+        except Exception:
+            logger.exception("vector repair failed; the next sweep retries")
+
+    async def _reindex(self) -> None:
+        try:
+            self.observers.reindexed(await reindex_keywords(self.stores, self.settings))
+        except Exception:
+            logger.exception("keyword re-indexing failed; the next sweep goes on from where it stopped")
+            self.reindex = None
+
+    async def _flush_if_due(self, now: float) -> None:
+        interval = self.settings.milvus_flush_interval_s
+        elapsed = now - self.last_flush
+        # Also now and then when idle: memories added directly by the ingress need sealing too.
+        if interval and ((self.unflushed and elapsed >= interval) or elapsed >= 15 * interval):
+            self.unflushed = False
+            self.last_flush = now
+            await self.stores.vectors.flush()
