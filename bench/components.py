@@ -1,10 +1,16 @@
-"""Each part of the service alone, in process, against real embedded backends (no HTTP, no Serve).
+"""Each part of the service alone, in process, against real embedded backends (no HTTP, no Serve),
+measured the way a request uses it.
 
-    python -m bench.components --memories 10000 --ops 300
+    python -m bench.components ../shared/data/locomo --memories 10000 --ops 300
 
-Starts its own Redis, PostgreSQL and Milvus Lite (the launchers of `memserve up`) in a temp dir,
-loads --memories vectors for one user among --other-users, then times each operation sequentially:
-p50, p99 and QPS (1 / mean latency at concurrency 1).
+Starts its own Redis, PostgreSQL and Milvus Lite (the launchers of `memserve up`) in a temp dir and
+stores --memories memories for one user among --other-users: the measured user's memories are LoCoMo
+turns embedded by the service's own model (int8, as shipped), so vector search runs over real text
+embeddings; the other users' rows carry random unit vectors. Queries are LoCoMo questions, each used
+once per part. Each part runs with the arguments the request path gives it: dense search returns ids
+for `recall_candidates` (50) hits, BM25 scores the normalized question for 50, the winners' details
+are one fetch. Every part reports p50 and p99 at concurrency 1 and its throughput at concurrency 32
+(what bench.load divides by: one client's QPS says nothing about 32 of them).
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import tempfile
 import time
 import uuid
@@ -22,11 +27,14 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.common import percentile
+from bench.locomo_data import questions_of, turns_of
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
+from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.records import MemoryRow
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.query import load_query_encoder
+from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.compaction import history_tokens
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
@@ -34,23 +42,30 @@ from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import VectorStore
 
-# Stemmed-looking words for the keyword index: frequencies vary, like a real conversation's.
-_VOCABULARY = (
-    "order,invoic,ship,deliveri,refund,account,password,meet,calendar,project,deadlin,budget,report,team,"
-    "travel,flight,hotel,book,restaur,dinner,famili,kid,school,paint,music,guitar,concert,run,marathon,yoga,"
-    "doctor,appoint,medicin,garden,plant,dog,cat,puppi,adopt,beach,camp,hike,mountain,lake,photo,friend,"
-    "birthday,parti,gift,cake,job,interview,promot,salari,car,repair,insur,bank,loan,rent,apart,move,citi"
-)
+CONCURRENCY = 32
+TENANT = "local"
 
 
 async def timed(label: str, n: int, op) -> dict:
+    """p50/p99 at concurrency 1, then the throughput of CONCURRENCY closed-loop callers."""
     samples = []
-    for i in tqdm(range(n), desc=label, unit="op", leave=False):
+    for i in tqdm(range(n), desc=f"{label} (c=1)", unit="op", leave=False):
         started = time.perf_counter()
         await op(i)
         samples.append((time.perf_counter() - started) * 1000)
-    mean = statistics.fmean(samples)
-    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "qps": 1000 / mean}
+    counter = iter(range(n, 3 * n))
+    done = 0
+
+    async def caller() -> None:
+        nonlocal done
+        for i in counter:
+            await op(i)
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
+    seconds = time.perf_counter() - started
+    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "qps_c32": done / seconds}
 
 
 def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -58,37 +73,62 @@ def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def _nth(pool: list[str], i: int) -> str:
+    """The i-th of a pool taken round and round, marked on each round after the first so every one differs."""
+    return pool[i % len(pool)] + ("" if i < len(pool) else f" ({i // len(pool)})")
+
+
+def _row(owner: str, i: int, text: str, vector: list[float], settings: Settings) -> MemoryRow:
+    return MemoryRow(
+        id=f"{owner}-{i}",
+        tenant_id=TENANT,
+        user_id=owner,
+        session_id=f"s-{i // 100}",
+        seq=i,
+        role="user",
+        kind="turn",
+        text=text,
+        created_at_ms=1_700_000_000_000 + i,
+        vector=vector,
+        keywords=memory_keywords(text, weight=settings.recall_keyword_self_weight),
+    )
+
+
 async def run(args) -> dict:
+    settings = Settings()
+    turns, questions = [], []
+    for path in sorted(args.data.glob("*.json")):
+        data = json.loads(path.read_text())
+        turns += [t.content for t in turns_of(data)]
+        questions += [q.text for q in questions_of(data)]
+    texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(args.memories)]
+    queries = [
+        questions[i % len(questions)] + ("" if i < len(questions) else f" ({i // len(questions)})") for i in range(3 * args.ops)
+    ]
+    print(f"embedding {len(texts)} LoCoMo turns with the shipped model…")
+    encoder = SentenceEncoder(int8=settings.embedding_int8, trace_single=False)
+    vectors_of_user = []
+    for start in tqdm(range(0, len(texts), 256), desc="embed", leave=False):
+        vectors_of_user += await encoder.encode_async(texts[start : start + 256])
+    query_encoder = load_query_encoder(int8=settings.embedding_int8)  # as the ingress embeds queries
+    query_vectors = [await query_encoder.encode_one(q) for q in tqdm(queries, desc="embed queries", leave=False)]
+
     data = Path(tempfile.mkdtemp(prefix="memserve-bench-"))
     backends = EmbeddedBackends(data, Ports.free()).start()
     try:
         env = backends.env
         log = SessionLog(env["REDIS_URL"], 3600)
         facts = await FactStore.connect(env["POSTGRES_DSN"])
-        vectors = await asyncio.to_thread(VectorStore, env["MILVUS_URI"], "bench", 384)
+        vectors = await asyncio.to_thread(VectorStore, env["MILVUS_URI"], "bench", settings.embedding_dim)
         keywords = KeywordIndex(facts.pool)
-        encoder = load_query_encoder(int8=Settings().embedding_int8)  # as the ingress embeds queries
-        words = [t.split()[0] for t in _VOCABULARY.split(",")]
-
         user = "bench-user"
-        print(f"loading {args.memories} memories for {user} and {args.other_users} x {args.memories // 4} for others…")
+        print(f"storing {args.memories} memories for {user} and {args.other_users} x {args.memories // 4} for others…")
         owners = [(user, args.memories)] + [(f"other-{i}", args.memories // 4) for i in range(args.other_users)]
         for owner, count in owners:
-            vecs = unit_vectors(count, 384, hash(owner) % 2**32)
-            for start in tqdm(range(0, count, 1000), desc=f"load {owner}", leave=False):
+            random = unit_vectors(count, settings.embedding_dim, hash(owner) % 2**32)
+            for start in tqdm(range(0, count, 1000), desc=f"store {owner}", leave=False):
                 rows = [
-                    MemoryRow(
-                        f"{owner}-{i}",
-                        "local",
-                        owner,
-                        f"s-{i // 100}",
-                        i,
-                        "user",
-                        "turn",
-                        " ".join(words[(i * 7 + j * 13) % len(words)] for j in range(12)),
-                        i,
-                        vecs[i].tolist(),
-                    )
+                    _row(owner, i, texts[i % len(texts)], vectors_of_user[i] if owner == user else random[i].tolist(), settings)
                     for i in range(start, min(count, start + 1000))
                 ]
                 await vectors.upsert(rows)
@@ -97,10 +137,9 @@ async def run(args) -> dict:
         await facts.pool.execute("ANALYZE memory_postings; ANALYZE memory_keywords")  # as autovacuum does soon after
 
         session = "bench-" + uuid.uuid4().hex[:6]
-        await log.append("local", session, user, [{"role": "user", "content": f"warm-up turn {i}"} for i in range(50)])
+        await log.append(TENANT, session, user, [{"role": "user", "content": f"warm-up turn {i}"} for i in range(50)])
         for i in range(20):
-            await facts.put("local", user, f"key_{i}", f"value {i}", "fact")
-        queries = unit_vectors(args.ops, 384, 7)
+            await facts.put(TENANT, user, f"key_{i}", f"value {i}", "fact")
         dialog = [
             {
                 "seq": i + 1,
@@ -109,28 +148,31 @@ async def run(args) -> dict:
             }
             for i in range(100)
         ]
+        candidates, top_k = settings.recall_candidates, settings.recall_top_k
+        winners = [f"{user}-{i}" for i in range(top_k)]
         n = args.ops
         results = {
             "store message": await timed(
-                "store message", n, lambda i: log.append("local", session, user, [{"role": "user", "content": f"m{i}"}])
+                "store message", n, lambda i: log.append(TENANT, session, user, [{"role": "user", "content": f"m{i}"}])
             ),
-            "get history (50 turns)": await timed("get history", n, lambda i: log.read("local", session, after=0, limit=50)),
+            "get history (50 turns)": await timed("get history", n, lambda i: log.read(TENANT, session, after=0, limit=50)),
+            "query embedding (batch 1)": await timed("embedding", n, lambda i: query_encoder.encode_one(queries[i])),
+            f"vector recall ({candidates} ids of {args.memories})": await timed(
+                "vector recall",
+                n,
+                lambda i: vectors.search_dense_ids(TENANT, user, query_vectors[i], limit=candidates),
+            ),
+            f"keyword recall (BM25, {candidates} of {args.memories})": await timed(
+                "keyword recall", n, lambda i: keywords.search(TENANT, user, normalize(queries[i]), limit=candidates)
+            ),
+            f"winner details ({top_k} ids)": await timed("details", n, lambda i: keywords.fetch(TENANT, user, winners)),
+            "fact query (current)": await timed("fact query", n, lambda i: facts.current(TENANT, user)),
+            "fact store": await timed("fact store", n, lambda i: facts.put(TENANT, user, f"k{i % 50}", f"v{i}", "fact")),
             "vector store (1 row)": await timed(
                 "vector store",
                 n,
-                lambda i: vectors.upsert(
-                    [MemoryRow(f"new-{i}", "local", user, "s-new", i, "user", "turn", "x", 0, queries[i].tolist())]
-                ),
+                lambda i: vectors.upsert([_row(user, 100_000 + i, f"new memory {i}", query_vectors[i % n], settings)]),
             ),
-            f"vector recall ({args.memories} for user)": await timed(
-                "vector recall", n, lambda i: vectors.search_dense("local", user, queries[i].tolist(), limit=10)
-            ),
-            f"keyword recall (BM25, {args.memories} for user)": await timed(
-                "keyword recall", n, lambda i: keywords.search("local", user, " ".join(words[i % 50 : i % 50 + 4]), limit=50)
-            ),
-            "fact store": await timed("fact store", n, lambda i: facts.put("local", user, f"k{i % 50}", f"v{i}", "fact")),
-            "fact query (current)": await timed("fact query", n, lambda i: facts.current("local", user)),
-            "query embedding (batch 1)": await timed("embedding", n, lambda i: encoder.encode_one(f"where is order {i}?")),
         }
 
         async def compress(_: int) -> None:
@@ -148,15 +190,16 @@ async def run(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo files (memory texts and queries).")
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--other-users", type=int, default=4)
     parser.add_argument("--ops", type=int, default=300)
     parser.add_argument("--json", dest="json_out", default="bench/out/components.json")
     args = parser.parse_args()
     results = asyncio.run(run(args))
-    print(f"\n{'operation':<40}{'p50 ms':>9}{'p99 ms':>9}{'QPS':>9}")
+    print(f"\n{'operation':<40}{'p50 ms':>9}{'p99 ms':>9}{'c=32 QPS':>10}")
     for name, row in results.items():
-        print(f"{name:<40}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['qps']:>9.0f}")
+        print(f"{name:<40}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['qps_c32']:>10.0f}")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -1,10 +1,14 @@
-"""The Embedder deployment with `@serve.batch` against the same deployment with max_batch_size=1.
+"""Batching where batches happen: the memorizer's embedding of appended turns through the Embedder.
 
     python -m bench.embedder_batching --seconds 10
 
-Starts its own Ray, deploys the Embedder twice with identical settings except the batch size
-(one replica each, the same fractional CPU), then drives each through its handle with closed-loop
-callers at concurrency 1 and 32 (one short query-like text per call, as the ingress sends).
+With the shipped `query_embedding: local`, the Embedder serves only the memorizer: each pass over a
+session sends that session's new turns as one `embed_many` call (up to `memorizer_batch_size`), and
+the sweep runs the pending sessions concurrently. Starts its own Ray, deploys the Embedder with the
+shipped settings (one replica), and drives `embed_many` through its handle the way the memorizer
+does: one caller with batches of 1 to 64 turns (a single busy session), and 8 or 32 concurrent
+callers with 2 turns each (many sessions, a few new turns each, as under bench.load's append). Turn
+texts are LoCoMo turns. Prints turns embedded per second and the call's p50.
 """
 
 from __future__ import annotations
@@ -17,67 +21,77 @@ import tempfile
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
+from bench.locomo_data import turns_of
 from deployments.embedder import Embedder
 from serve_app.settings import Settings
 
-TEXTS = [f"What did the user say about order ORD-{i} and the delivery on day {i % 28 + 1}?" for i in range(512)]
+SHAPES = (
+    ("1 caller", 1, 1),
+    ("1 caller", 1, 8),
+    ("1 caller", 1, 32),
+    ("1 caller", 1, 64),
+    ("8 callers", 8, 2),
+    ("32 callers", 32, 2),
+)
 
 
-async def drive(handle, concurrency: int, seconds: float) -> dict[str, float]:
+async def drive(handle, texts: list[str], callers: int, batch: int, seconds: float) -> dict[str, float]:
     latencies: list[float] = []
+    embedded = 0
     deadline = time.perf_counter() + seconds
 
     async def caller(index: int) -> None:
-        n = index
+        nonlocal embedded
+        n = index * 1000
         while time.perf_counter() < deadline:
+            chunk = [texts[(n + j) % len(texts)] for j in range(batch)]
             started = time.perf_counter()
-            await handle.embed_one.remote(TEXTS[n % len(TEXTS)])
+            await handle.embed_many.remote(chunk)
             latencies.append((time.perf_counter() - started) * 1000)
-            n += concurrency
+            embedded += batch
+            n += batch
 
     started = time.perf_counter()
-    await asyncio.gather(*(caller(i) for i in range(concurrency)))
+    await asyncio.gather(*(caller(i) for i in range(callers)))
     elapsed = time.perf_counter() - started
-    return {"throughput": len(latencies) / elapsed, "p50_ms": statistics.median(latencies)}
+    return {"turns_per_s": embedded / elapsed, "call_p50_ms": statistics.median(latencies)}
 
 
-async def measure(seconds: float) -> dict[str, dict]:
+async def measure(texts: list[str], seconds: float) -> dict[str, dict]:
     from ray import serve
 
-    results: dict[str, dict] = {}
-    batched = Settings().embedder_max_batch_size
-    for label, batch in ((f"max_batch_size={batched}", batched), ("max_batch_size=1", 1)):
-        settings = Settings(embedder_max_batch_size=batch).model_dump(mode="json")
-        name = f"embedder-b{batch}"
-        handle = serve.run(Embedder.options(name=f"Embedder{batch}").bind(settings), name=name, route_prefix=None)
-        await drive(handle, 32, 2.0)  # warm-up
-        results[label] = {f"c{c}": await drive(handle, c, seconds) for c in (1, 32)}
-        serve.delete(name)
+    handle = serve.run(Embedder.bind(Settings().model_dump(mode="json")), name="embedder-bench", route_prefix=None)
+    await drive(handle, texts, 8, 8, 2.0)  # warm-up
+    results = {}
+    for label, callers, batch in tqdm(SHAPES, desc="shapes", unit="shape"):
+        results[f"{label}, {batch} turns per call"] = await drive(handle, texts, callers, batch, seconds)
+    serve.delete("embedder-bench")
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo files (turn texts).")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--json", dest="json_out", default="bench/out/embedder_batching.json")
     args = parser.parse_args()
+    texts = [t.content for path in sorted(args.data.glob("*.json")) for t in turns_of(json.loads(path.read_text()))]
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="memserve-embed-"))
     try:
-        results = asyncio.run(measure(args.seconds))
+        results = asyncio.run(measure(texts, args.seconds))
     finally:
         ray.shutdown()
-    print(f"\n{'Embedder':<30}{'c':>4}{'texts/s':>10}{'p50 ms':>9}")
-    for label, rows in results.items():
-        for c, row in rows.items():
-            print(f"{label:<30}{c[1:]:>4}{row['throughput']:>10.1f}{row['p50_ms']:>9.1f}")
-    batched, unbatched = (rows["c32"]["throughput"] for rows in results.values())
-    ratio = batched / unbatched
-    print(f"throughput at concurrency 32, batched / unbatched: {ratio:.2f}x (target >= 2.5x)")
+    single = results["1 caller, 1 turns per call"]["turns_per_s"]
+    print(f"\n{'embed_many':<34}{'turns/s':>10}{'x 1 turn':>10}{'call p50 ms':>13}")
+    for label, row in results.items():
+        print(f"{label:<34}{row['turns_per_s']:>10.1f}{row['turns_per_s'] / single:>10.2f}{row['call_p50_ms']:>13.1f}")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"results": results, "ratio_c32": ratio}, indent=2))
+    out.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

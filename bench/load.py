@@ -149,13 +149,16 @@ async def prepare_sessions(client: httpx.AsyncClient, user: str, count: int, tur
     return sessions
 
 
+CONTEXT_PARTS = ("query embedding", "vector recall", "keyword recall", "winner details", "get history", "fact query")
+
+
 def component_sums(components: dict) -> dict[str, float]:
     """p50 sums of the parts each scenario is made of (parts that run concurrently still add up here)."""
 
     def p50(name_start: str) -> float:
         return next(v["p50_ms"] for k, v in components.items() if k.startswith(name_start))
 
-    context = p50("query embedding") + p50("vector recall") + p50("keyword recall") + p50("get history") + p50("fact query")
+    context = sum(p50(part) for part in CONTEXT_PARTS)
     return {"append": p50("store message"), "context": context, "agent_loop": context + 2 * p50("store message")}
 
 
@@ -250,7 +253,8 @@ def report(results: dict, components: dict | None) -> dict:
 
         floor1, ctx1, ctx32 = results["floor@1"], results["context@1"], results["context@32"]
         bound = floor1["p50_ms"] + part("query embedding")["p50_ms"] + part("vector recall")["p50_ms"] + 5
-        parts = {k: part(k)["qps"] for k in ("query embedding", "vector recall", "keyword recall", "get history", "fact query")}
+        # Each part's throughput at concurrency 32, measured alone as the request calls it (bench.components).
+        parts = {k: part(k)["qps_c32"] for k in CONTEXT_PARTS}
         bottleneck = min(parts, key=parts.get)
         checks = {
             "context@1 p50 <= floor + embedding + vector recall + 5 ms": {"value": ctx1["p50_ms"], "bound": bound},

