@@ -72,14 +72,22 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     return list(found.values())
 
 
-def measure(data_dir: Path) -> dict[str, float]:
+def measure(data_dir: Path) -> tuple[dict[str, float], int]:
+    """PSS per group, and how many processes ended between being found and being read (counted,
+    not hidden). A process that cannot be read (another user's) stops the measurement: a total
+    that leaves it out would be too low."""
     totals: dict[str, float] = defaultdict(float)
+    ended = 0
     for proc in service_processes(data_dir):
         try:
             totals[group_of(proc)] += proc.memory_full_info().pss / 2**20
-        except (psutil.Error, OSError):
-            continue
-    return dict(totals)
+        except psutil.NoSuchProcess:
+            ended += 1
+        except (psutil.AccessDenied, OSError) as exc:
+            raise SystemExit(
+                f"cannot read the memory of pid {proc.pid} ({exc}): run as the user that started memserve up, or as root"
+            ) from exc
+    return dict(totals), ended
 
 
 def main() -> None:
@@ -87,7 +95,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path(".memserve"))
     parser.add_argument("--json", dest="json_out", default="bench/out/memory.json")
     args = parser.parse_args()
-    totals = measure(args.data_dir)
+    totals, ended = measure(args.data_dir)
     if not totals:
         raise SystemExit(f"no process of `memserve up --data-dir {args.data_dir}` found")
     total = sum(totals.values())
@@ -95,9 +103,11 @@ def main() -> None:
     for name, mib in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"{name:<34}{mib:>10.0f}")
     print(f"{'total':<34}{total:>10.0f}   ({total / 1024:.2f} GiB; target < 3 GiB)")
+    if ended:
+        print(f"({ended} processes ended while being measured: not counted)")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"pss_mib": totals, "total_mib": total}, indent=2))
+    out.write_text(json.dumps({"pss_mib": totals, "total_mib": total, "ended_while_measured": ended}, indent=2))
 
 
 if __name__ == "__main__":

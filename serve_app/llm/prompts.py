@@ -45,7 +45,7 @@ KEY_MAX = 48
 VALUE_MAX = 160
 
 
-def extraction_schema(max_facts: int = MAX_FACTS) -> dict[str, Any]:
+def extraction_schema(max_facts: int = MAX_FACTS, min_facts: int = 0) -> dict[str, Any]:
     """The JSON schema guided decoding follows: every string and the list are bounded, so the
     longest valid answer is bounded too (and `max_tokens` can be set above it)."""
     return {
@@ -53,6 +53,7 @@ def extraction_schema(max_facts: int = MAX_FACTS) -> dict[str, Any]:
         "properties": {
             "facts": {
                 "type": "array",
+                "minItems": min_facts,
                 "maxItems": max_facts,
                 "items": {
                     "type": "object",
@@ -71,8 +72,9 @@ def extraction_schema(max_facts: int = MAX_FACTS) -> dict[str, Any]:
     }
 
 
-def response_format(max_facts: int = MAX_FACTS) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": {"name": "facts", "schema": extraction_schema(max_facts), "strict": True}}
+def response_format(max_facts: int = MAX_FACTS, min_facts: int = 0) -> dict[str, Any]:
+    schema = extraction_schema(max_facts, min_facts)
+    return {"type": "json_schema", "json_schema": {"name": "facts", "schema": schema, "strict": True}}
 
 
 RESPONSE_FORMAT = response_format()

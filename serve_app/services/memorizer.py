@@ -5,12 +5,17 @@ LLM answers again. The lanes are apart so that an LLM outage never holds up embe
 
 At-least-once work with an exactly-once effect: vector ids are deterministic and a fact write that
 repeats its value adds no row, so redoing a batch after a crash changes nothing; each cursor moves
-only after its store confirmed the write, and never past work that failed.
+only after its store confirmed the write, and never past work that failed. A lease per session and
+lane in Redis keeps memorizer replicas from doing the same work side by side; a lease that lapses
+(a replica died) only lets the work happen twice, never lets it be lost.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from serve_app.core.clock import iso_to_ms
@@ -27,6 +32,8 @@ from serve_app.stores.bundle import Stores
 
 logger = logging.getLogger("ray.serve")
 MEMORIZED_ROLES = ("user", "assistant")
+EMBED_LEASE_MS = 30_000  # renewed per batch: one batch of turns embeds and stores well inside it
+Renew = Callable[[], Awaitable[None]]
 
 
 def _said(turn: dict) -> bool:
@@ -49,6 +56,8 @@ class MemorizeReport:
     extraction_rejects: int = 0
     extraction_failed: bool = False
     redone: Redo = Redo.NOT_NEEDED
+    skipped: bool = False
+    """Another worker holds the session's lane: nothing was done here."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -74,6 +83,27 @@ class SessionMemorizer:
             seed=settings.llm_seed,
         )
         self.extracts = llm is not None and settings.extraction_enabled
+        self.llm_lease_ms = int(max(60.0, 3 * settings.llm_timeout_s) * 1000)  # renewed before each LLM call
+
+    @asynccontextmanager
+    async def _lane(self, tenant: str, session: str, lane: str, ttl_ms: int) -> AsyncIterator[Renew | None]:
+        """The session's lease on a lane: a `renew` callable while held, None when another worker has it."""
+        holder = uuid.uuid4().hex
+        if not await self.log.lease(tenant, session, lane, holder, ttl_ms):
+            yield None
+            return
+
+        async def renew() -> None:
+            if not await self.log.renew_lease(tenant, session, lane, holder, ttl_ms):
+                logger.warning("lease on %s/%s (%s) lapsed: the work may be done twice, never lost", tenant, session, lane)
+
+        try:
+            yield renew
+        finally:
+            try:
+                await self.log.release_lease(tenant, session, lane, holder)
+            except Exception as exc:  # it lapses by itself
+                logger.warning("could not release the lease on %s/%s: %r", tenant, session, exc)
 
     async def compact(self, tenant: str, session: str, *, force: bool, on_conflict=lambda: None) -> CompactionOutcome:
         return await compact_session(
@@ -93,8 +123,16 @@ class SessionMemorizer:
         Never calls the LLM: what the session owes it (extraction, an LLM summary, a redo) is left
         to `catch_up_llm`, whose lane the session joins once it is memorized."""
         report = MemorizeReport()
+        async with self._lane(tenant, session, "embed", EMBED_LEASE_MS) as renew:
+            if renew is None:
+                report.skipped = True
+                return report
+            return await self._memorize(tenant, session, report, renew, on_conflict)
+
+    async def _memorize(self, tenant: str, session: str, report: MemorizeReport, renew: Renew, on_conflict) -> MemorizeReport:
         batch = self.settings.memorizer_batch_size
         while True:
+            await renew()
             meta = await self.log.meta(tenant, session)
             if meta is not None and await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
                 await self._erase(tenant, session, meta.user_id)  # a session of a forgotten user that slipped through
@@ -132,18 +170,27 @@ class SessionMemorizer:
         due, and redo a degraded summary. Each step stops at the LLM's first failure and leaves its
         cursor where it is; `llm_trouble` then says so and the lane retries later."""
         report = MemorizeReport()
+        async with self._lane(tenant, session, "llm", self.llm_lease_ms) as renew:
+            if renew is None:
+                report.skipped = True
+                return report
+            return await self._catch_up_llm(tenant, session, report, renew, on_conflict)
+
+    async def _catch_up_llm(self, tenant: str, session: str, report: MemorizeReport, renew: Renew, on_conflict) -> MemorizeReport:
         meta = await self.log.meta(tenant, session)
         if meta is None or await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
             report.cursor = -1
             return report
         if self.extracts:
-            await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report)
+            await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report, renew)
             if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
                 await self._erase(tenant, session, meta.user_id)
                 report.cursor = -1
                 return report
         try:
+            await renew()
             report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+            await renew()
             report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
         except SessionNotFound:
             report.cursor = -1
@@ -212,7 +259,7 @@ class SessionMemorizer:
         return [t for t in earlier if _said(t) and t["seq"] < seq][-wanted:]
 
     async def _extract(
-        self, tenant: str, session: str, user: str, created_at_ms: int, after: int, report: MemorizeReport
+        self, tenant: str, session: str, user: str, created_at_ms: int, after: int, report: MemorizeReport, renew: Renew
     ) -> None:
         """Facts from the turns after the extraction cursor, one chunk at a time; stops at a failure."""
         assert self.llm is not None
@@ -222,6 +269,7 @@ class SessionMemorizer:
         for chunk in chunk_span(turns, self.settings.llm_input_tokens):
             said = [t for t in chunk if _said(t)]
             if said:
+                await renew()
                 known = [(f.key, f.value) for f in await self.facts.current(tenant, user)]
                 call = ChatCall(
                     extraction_messages(known, said),

@@ -119,6 +119,8 @@ class MemorizerSweep:
                 self.again.discard(key)
                 since_ms = await self.stores.log.pending_since_ms(*key)
                 report = await self.logic.memorize(*key, on_conflict=self.observers.conflict)
+                if report.skipped:  # another worker holds it; what it leaves is still pending
+                    break
                 lag = max(0.0, time.time() - since_ms / 1000) if since_ms is not None and report.cursor >= 0 else None
                 self.observers.memorized(report, lag)
                 self.unflushed = self.unflushed or report.embedded > 0
@@ -147,11 +149,19 @@ class MemorizerSweep:
 
     async def _run_llm(self, key: Key) -> MemorizeReport | None:
         """One LLM pass; the lane in Redis keeps the session due again later if the LLM failed."""
+        try:
+            return await self._llm_pass(key)
+        finally:
+            self.llm_running.pop(key, None)
+
+    async def _llm_pass(self, key: Key) -> MemorizeReport | None:
         report, ok, seen_len = None, False, 0
         try:
             meta = await self.stores.log.meta(*key)
             seen_len = meta.message_count if meta is not None else 0
             report = await self.logic.catch_up_llm(*key, on_conflict=self.observers.conflict)
+            if report.skipped:  # another worker holds the lane and records its own pass
+                return report
             self.observers.memorized(report, None)
             ok = not report.llm_trouble
         except Exception:
@@ -162,8 +172,6 @@ class MemorizerSweep:
             await self.stores.log.llm_pass_done(*key, seen_len=seen_len, ok=ok, retry_ms=retry_ms)
         except Exception:  # the session stays due: the next sweep runs it again
             logger.exception("could not record the LLM pass of %s/%s", *key)
-        finally:
-            self.llm_running.pop(key, None)
         return report
 
     async def compress(self, tenant: str, session: str) -> dict:

@@ -105,6 +105,13 @@ redis.call('ZADD', KEYS[3], 'XX', tonumber(ARGV[5]) + delay, ARGV[1])
 return delay
 """
 
+# KEYS: the lease. ARGV: the holder, the new time to live (ms); '0' releases it.
+_LEASE_KEEP = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+"""
+
 PENDING_KEY = "ms:pending"
 """The embedding lane: sessions with turns not yet memorized, scored by the oldest one's arrival."""
 LLM_PENDING_KEY = "ms:pending:llm"
@@ -143,6 +150,7 @@ class SessionLog:
         self._cas = self.redis.register_script(_CHECKPOINT_CAS)
         self._advance = self.redis.register_script(_ADVANCE_CURSOR)
         self._llm_done = self.redis.register_script(_LLM_PASS_DONE)
+        self._lease_keep = self.redis.register_script(_LEASE_KEEP)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -245,6 +253,21 @@ class SessionLog:
         member = self.pending_member(tenant, session)
         args = [upto_seq, member, "1" if done else "0", cursor, "1" if owes_llm else "0", now_ms()]
         return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY, LLM_PENDING_KEY], args=args))
+
+    def _lease_key(self, tenant: str, session: str, lane: str) -> str:
+        return f"{self._base(tenant, session)}:lease:{lane}"
+
+    async def lease(self, tenant: str, session: str, lane: str, holder: str, ttl_ms: int) -> bool:
+        """Take the session's lane for `ttl_ms` unless another worker holds it: memorizer replicas
+        (and a poke racing the sweep) then do a session's work once instead of side by side."""
+        return bool(await self.redis.set(self._lease_key(tenant, session, lane), holder, nx=True, px=ttl_ms))
+
+    async def renew_lease(self, tenant: str, session: str, lane: str, holder: str, ttl_ms: int) -> bool:
+        """Extend a lease this holder has; False when it lapsed (another worker may have it now)."""
+        return bool(await self._lease_keep(keys=[self._lease_key(tenant, session, lane)], args=[holder, ttl_ms]))
+
+    async def release_lease(self, tenant: str, session: str, lane: str, holder: str) -> None:
+        await self._lease_keep(keys=[self._lease_key(tenant, session, lane)], args=[holder, 0])
 
     async def llm_due(self, limit: int) -> list[tuple[str, str]]:
         """Sessions of the LLM lane whose pass is due now, longest waiting first."""

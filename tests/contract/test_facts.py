@@ -8,6 +8,7 @@ import pytest
 
 from serve_app.core.records import FACT_CATEGORIES
 from serve_app.stores.facts import FactStore, migrate
+from serve_app.stores.pg_schema import MIGRATIONS
 
 
 @pytest.fixture
@@ -17,8 +18,16 @@ async def facts(backends):
     await store.close()
 
 
-async def test_migrations_are_idempotent(facts):
-    assert await migrate(facts.pool) == await migrate(facts.pool)
+async def test_migrations_apply_once_each_in_order(facts):
+    latest = MIGRATIONS[-1][0]
+    assert await migrate(facts.pool) == latest
+    recorded = "SELECT version, applied_at FROM schema_migrations ORDER BY version"
+    applied = [tuple(r) for r in await facts.pool.fetch(recorded)]
+    assert [version for version, _ in applied] == [version for version, _ in MIGRATIONS]
+    assert await migrate(facts.pool) == latest
+    assert [tuple(r) for r in await facts.pool.fetch(recorded)] == applied  # nothing applied twice
+    columns = "SELECT column_name FROM information_schema.columns WHERE table_name = 'memory_keywords'"
+    assert {"analysis", "context"} <= {r["column_name"] for r in await facts.pool.fetch(columns)}  # the latest is in
 
 
 async def test_update_supersedes_and_keeps_history(facts):

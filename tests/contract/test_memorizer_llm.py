@@ -126,14 +126,28 @@ async def test_invalid_extraction_output_is_retried_not_skipped(stores, make):
     assert (await stores.facts.get("local", user, "home_city")).value == "Lyon"
 
 
-async def test_concurrent_memorizers_do_not_duplicate(stores, embed):
+async def test_concurrent_memorizers_do_the_work_once(stores, embed):
+    """Three memorizers (replicas, or a poke racing the sweep) on one session: every turn embedded
+    once, one extraction call, one fact row, not three of each."""
+    embedded: list[str] = []
+
+    async def counting_embed(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return await embed(texts)
+
     llm = ScriptedChatClient(scripted_model)
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
-    await _append(stores, session, user, [f"turn {i} about ORD-{i}" for i in range(30)])
-    await asyncio.gather(*(SessionMemorizer(stores, embed, SETTINGS, llm).memorize("local", session) for _ in range(3)))
+    await _append(stores, session, user, [f"turn {i} about ORD-{i}" for i in range(29)] + ["I use Python at work."])
+    workers = [SessionMemorizer(stores, counting_embed, SETTINGS, llm) for _ in range(3)]
+    embedding = await asyncio.gather(*(w.memorize("local", session) for w in workers))
+    extraction = await asyncio.gather(*(w.catch_up_llm("local", session) for w in workers))
     assert await stores.vectors.count_session("local", session) == 30
+    assert sorted(embedded) == sorted({f"turn {i} about ORD-{i}" for i in range(29)} | {"I use Python at work."})
+    assert [r.skipped for r in embedding].count(False) == 1 and [r.skipped for r in extraction].count(False) == 1
+    assert len([c for c in llm.calls if c.response_format is not None]) == 1  # one extraction call
+    assert [h.value for h in await stores.facts.history("local", user, "favorite_language")] == ["Python"]
     meta = await stores.log.meta("local", session)
-    assert meta.memorized_upto_seq == 30 and meta.message_count == 30
+    assert meta.memorized_upto_seq == 30 and meta.extracted_upto_seq == 30 and meta.message_count == 30
 
 
 async def test_output_that_never_matches_the_schema_is_skipped_after_bounded_attempts(stores, make):
@@ -150,17 +164,31 @@ async def test_output_that_never_matches_the_schema_is_skipped_after_bounded_att
     assert ("local", session) not in await stores.log.llm_pending(limit=10_000)
 
 
-async def test_tombstone_stops_a_memorizer_that_is_late(stores, make):
-    """A session the forget call did not see (it raced) is erased by the memorizer, not memorized."""
+async def test_a_tombstone_that_lands_while_the_memorizer_embeds_leaves_nothing(stores, embed):
+    """DELETE /v1/users/{id} runs while the memorizer embeds the user's turns (driven by events):
+    what it writes afterwards is erased, and no LLM work follows."""
+    from serve_app.services.users import forget_user
+
     llm = ScriptedChatClient(scripted_model)
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
-    await _append(stores, session, user, ["I use Python at work."])
-    await stores.log.set_tombstone("local", user)  # forgotten after the session began
-    report = await make(llm).memorize("local", session)
+    await _append(stores, session, user, ["I use Python at work.", "My locker code is 4417."])
+    embedding, forgotten = asyncio.Event(), asyncio.Event()
+
+    async def slow_embed(texts: list[str]) -> list[list[float]]:
+        embedding.set()
+        await forgotten.wait()
+        return await embed(texts)
+
+    memorizing = asyncio.create_task(BothLanes(MemorizerSweep(stores, slow_embed, SETTINGS, llm)).memorize("local", session))
+    await asyncio.wait_for(embedding.wait(), 60)
+    await forget_user(stores, "local", user)
+    forgotten.set()
+    report = await memorizing
     assert report.cursor == -1
     assert await stores.log.meta("local", session) is None
     assert await stores.vectors.count_session("local", session) == 0
-    assert await stores.facts.get("local", user, "favorite_language") is None
+    assert await stores.keywords.memory_ids("local", user) == []
+    assert await stores.facts.current("local", user) == []
     assert llm.calls == []
 
 
@@ -192,3 +220,18 @@ async def test_a_forget_that_lands_between_the_check_and_the_fact_write_leaves_n
     assert await stores.facts.current("local", user) == []
     assert await stores.facts.history("local", user, "favorite_language") == []
     assert not isinstance(outcome, Exception), outcome  # a forgotten session ends the pass quietly
+
+
+async def test_a_session_begun_before_a_forget_is_erased_when_the_memorizer_reaches_it(stores, make):
+    """The forget did not see the session (it was not yet in the user's index); the memorizer comes
+    to it after the tombstone and erases it instead of memorizing it."""
+    llm = ScriptedChatClient(scripted_model)
+    session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
+    await _append(stores, session, user, ["I use Python at work."])
+    await stores.log.set_tombstone("local", user)
+    report = await make(llm).memorize("local", session)
+    assert report.cursor == -1
+    assert await stores.log.meta("local", session) is None
+    assert await stores.vectors.count_session("local", session) == 0
+    assert await stores.facts.get("local", user, "favorite_language") is None
+    assert llm.calls == []

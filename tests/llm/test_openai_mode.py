@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from serve_app.core.records import FACT_CATEGORIES
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import Redo
@@ -56,11 +57,15 @@ async def test_guided_extraction_returns_schema_valid_json(openai_server):
     client = OpenAIChatClient(openai_server.base_url, MODEL_ID, timeout_s=120)
     try:
         turns = [{"seq": 1, "role": "user", "content": "I moved to Lyon and I prefer Go now."}]
-        call = ChatCall(extraction_messages([], turns), max_tokens=300, seed=0, response_format=response_format(1))
+        # Exactly one fact: a random model emits valid JSON of that shape only if guided decoding
+        # follows the schema (minItems 1 keeps an empty list from passing for proof).
+        schema = response_format(1, min_facts=1)
+        call = ChatCall(extraction_messages([], turns), max_tokens=300, seed=0, response_format=schema)
         result = await client.chat(call)
         assert result.finish_reason == "stop", result  # guided decoding closes the JSON by itself
         facts, rejected = parse_extraction(result.text, 1)  # schema-valid, validated by pydantic
-        assert len(facts) + rejected <= 1
+        assert len(facts) + rejected == 1, result.text
+        assert all(f.category in FACT_CATEGORIES and f.key and f.value for f in facts)
     finally:
         await client.close()
 

@@ -122,3 +122,42 @@ def test_section_and_prompt_counts_are_exact_for_awkward_text(seed):
     assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True)
     assert result.total_tokens <= result.limit
     assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+
+
+def _round_with_parallel_tools(seq: int, size: int) -> list[dict]:
+    """A user turn, an assistant turn calling two tools at once, both results, the answer."""
+    calls = [
+        {"id": f"c{seq}a", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "a"}'}},
+        {"id": f"c{seq}b", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}},
+    ]
+    return [
+        {"seq": seq, "role": "user", "content": f"question {seq} " * 5},
+        {"seq": seq + 1, "role": "assistant", "content": "", "tool_calls": calls},
+        {"seq": seq + 2, "role": "tool", "tool_call_id": f"c{seq}a", "content": "result a " * size},
+        {"seq": seq + 3, "role": "tool", "tool_call_id": f"c{seq}b", "content": "result b " * size},
+        {"seq": seq + 4, "role": "assistant", "content": f"answer {seq}"},
+    ]
+
+
+def test_parallel_tool_calls_keep_all_their_results_across_a_compaction_boundary():
+    """History after a checkpoint starts on a round; within any budget an assistant turn that calls
+    tools in parallel is in the prompt with every one of its results, or not at all."""
+    from serve_app.core.compression import plan_compaction
+    from serve_app.core.tokenizer import count_block
+
+    dialog = [turn for r in range(12) for turn in _round_with_parallel_tools(1 + 5 * r, 20 + 7 * r)]
+    target = plan_compaction(dialog, sum(count_block([t]) for t in dialog), trigger_tokens=0, keep_rounds=4, force=True)
+    history = [t for t in dialog if t["seq"] > target]
+    assert history[0]["role"] == "user" and len(history) == 20  # the boundary falls between rounds
+    callers = {t["seq"]: {c["id"] for c in t["tool_calls"]} for t in history if t.get("tool_calls")}
+    result_of = {t["seq"]: t["tool_call_id"] for t in history if t["role"] == "tool"}
+    for max_tokens in range(400, 2600, 23):
+        try:
+            result = build_context(ContextRequest(max_tokens=max_tokens, shares=BudgetShares(), summary="S1.", turns=history))
+        except BudgetError:
+            continue  # the newest round alone does not fit
+        kept = set(result.included_seqs)
+        for seq, ids in callers.items():
+            results = {s for s, call in result_of.items() if call in ids}
+            assert (seq in kept) == (results <= kept) and (seq in kept or not results & kept), (max_tokens, seq, kept)
+        assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit

@@ -36,7 +36,21 @@ def test_lowered_relative_to_where_ray_started_the_worker():
     assert _run_at(15)[1:] == ["[19]"]
 
 
-def test_zero_leaves_the_process_alone():
-    from serve_app.runtime.priority import lower_priority
+ZERO = """
+import os, threading
+from serve_app.runtime.priority import lower_priority
+stop = threading.Event()
+worker = threading.Thread(target=stop.wait); worker.start()
+changed = lower_priority(0)
+nices = {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
+stop.set()
+print(changed, sorted(nices))
+"""
 
-    assert lower_priority(0) == 0
+
+def test_zero_leaves_every_thread_where_it_was():
+    def start_nice() -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, 3)
+
+    done = subprocess.run([sys.executable, "-c", ZERO], capture_output=True, text=True, check=True, preexec_fn=start_nice)
+    assert done.stdout.split() == ["0", "[3]"]
