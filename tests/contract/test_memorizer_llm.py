@@ -184,10 +184,10 @@ async def test_a_tombstone_that_lands_while_the_memorizer_embeds_leaves_nothing(
     await forget_user(stores, "local", user)
     forgotten.set()
     report = await memorizing
-    assert report.cursor == -1
-    assert await stores.log.meta("local", session) is None
     assert await stores.vectors.count_session("local", session) == 0
     assert await stores.keywords.memory_ids("local", user) == []
+    assert await stores.log.meta("local", session) is None
+    assert report.cursor == -1
     assert await stores.facts.current("local", user) == []
     assert llm.calls == []
 
