@@ -105,6 +105,7 @@ def up(
         # before the deploy, so a signal while it deploys also stops everything cleanly.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _stop_handler(stop))
+        _say(f"deploying {config.name} (the replicas start and load the model)…")
         deploy_config(serve_config)
         http = serve_config.http_options
         _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")

@@ -126,11 +126,11 @@ def test_sigterm_while_starting_leaves_nothing_behind(up):
     with open(up.log, "ab") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 120
-    while "Deploying new app" not in up.log.read_text() and time.monotonic() < deadline:
+    while "deploying " not in up.log.read_text() and time.monotonic() < deadline:
         assert process.poll() is None, up.log.read_text()[-3000:]
-        time.sleep(0.2)  # signal it while Serve is still deploying
+        time.sleep(0.1)  # signal it while Serve is still deploying
     before = up.log.read_text()
-    assert "Deploying new app" in before and "ready in" not in before, "the signal must land while Serve deploys"
+    assert "deploying " in before and "ready in" not in before, "the signal must land while Serve deploys"
     process.send_signal(signal.SIGTERM)
     assert process.wait(90) == 0
     after = up.log.read_text()
