@@ -19,7 +19,7 @@ import re
 import statistics
 import tempfile
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tqdm import tqdm
@@ -124,7 +124,7 @@ def raw_terms(text: str) -> str:
 
 
 def _created(hit: Hit) -> datetime:
-    return datetime.fromtimestamp(hit.created_at_ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(hit.created_at_ms / 1000, tz=UTC)
 
 
 def ranked_dia(conv: Conversation, qi: int, variant: str, params: FusionParams, use_time: bool) -> list[str]:

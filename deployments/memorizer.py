@@ -10,23 +10,13 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
-from serve_app.llm.client import ChatClient, OpenAIChatClient, ServeLLMClient
+from serve_app.llm.client import llm_client
 from serve_app.runtime.priority import lower_priority
 from serve_app.services.compaction import CompactionOutcome, Redo
 from serve_app.services.memorizer import MemorizeReport
 from serve_app.services.sweep import MemorizerSweep
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-
-
-def make_llm_client(settings: Settings, llm: DeploymentHandle | None) -> ChatClient | None:
-    if settings.llm_mode == "openai":
-        return OpenAIChatClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s)
-    if settings.llm_mode == "ray-serve-llm":
-        if llm is None:
-            raise ValueError("llm_mode ray-serve-llm needs the LLM deployment bound into the app")
-        return ServeLLMClient(llm, settings.llm_model, settings.llm_timeout_s)
-    return None
 
 
 def _add(counter: metrics.Counter, value: float) -> None:
@@ -119,14 +109,12 @@ class Memorizer:
     """A thin shell: the replica's stores, LLM client, Embedder handle and metrics around one
     `MemorizerSweep`, which runs on a timer in the replica's event loop."""
 
-    async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None, llm: DeploymentHandle | None = None):
+    async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None):
         self.settings = Settings(**(settings or {}))
         lower_priority(self.settings.background_nice)
         self.embedder = embedder
         self.stores = await Stores.connect(self.settings)
-        self.work = MemorizerSweep(
-            self.stores, self._embed, self.settings, make_llm_client(self.settings, llm), observers=_Metrics()
-        )
+        self.work = MemorizerSweep(self.stores, self._embed, self.settings, llm_client(self.settings), observers=_Metrics())
         self.sweeper = asyncio.create_task(self.work.run_forever())
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:

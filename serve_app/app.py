@@ -9,15 +9,9 @@ from ray.serve import Application
 from serve_app.settings import Settings
 
 
-def build_llm(settings: Settings) -> Application:
-    """The vLLM deployment of ray.serve.llm for `llm_config` (imports vLLM: ray-serve-llm mode only)."""
-    from ray.serve.llm import LLMConfig, build_llm_deployment
-
-    return build_llm_deployment(LLMConfig(**settings.llm_config))
-
-
 def build_app(args: dict[str, Any] | None = None) -> Application:
-    """Compose ingress, embedder, memorizer (and the LLM in ray-serve-llm mode).
+    """Compose ingress, embedder and memorizer. The LLM, when there is one, is another application
+    (ray.serve.llm's) or another endpoint: reached over HTTP, never bound in here.
 
     `args` are Settings fields; the environment fills the rest.
     """
@@ -28,6 +22,5 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     settings = Settings(**(args or {}))
     overrides = settings.model_dump(exclude_unset=True)
     embedder = Embedder.bind(overrides)
-    llm = build_llm(settings) if settings.llm_mode == "ray-serve-llm" else None
-    memorizer = Memorizer.bind(embedder, overrides, llm)
+    memorizer = Memorizer.bind(embedder, overrides)
     return Ingress.bind(embedder, memorizer, overrides)

@@ -8,13 +8,13 @@ Pure: no I/O and no web framework, so the pure core can raise these too.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 
 class ServiceError(Exception):
     """An answer the client can act on: `status_code`, a `detail` message, optional extra fields."""
 
-    status_code: ClassVar[int] = 500
+    status_code: int = 500
 
     def __init__(self, detail: Any, *, retry_after_s: int | None = None, **extra: Any):
         super().__init__(detail if isinstance(detail, str) else repr(detail))
@@ -42,6 +42,21 @@ def _rebuild(cls: type[ServiceError], args: tuple, state: dict[str, Any]) -> Ser
 
 
 # 4xx: the request cannot succeed as it is.
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+
+
+class NoModel(BadRequest):
+    """The chat endpoint was called on a service without an LLM."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this service has no LLM: llm_mode is none; set llm_mode to openai (with llm_base_url) or ray-serve-llm "
+            "to use /v1/chat/completions",
+            code="llm_not_configured",
+        )
 
 
 class Unauthorized(ServiceError):
@@ -138,6 +153,23 @@ class Unavailable(ServiceError, ConnectionError):
 
     def __init__(self, cause: str):
         super().__init__(f"a backing store is unavailable ({cause}); retry later", retry_after_s=RETRY_UNAVAILABLE_S)
+
+
+class ModelUnavailable(ServiceError):
+    """The LLM did not answer (connection, timeout): the same request may succeed later."""
+
+    status_code = 503
+
+    def __init__(self, cause: str):
+        super().__init__(f"the model is unavailable ({cause}); retry later", retry_after_s=RETRY_UNAVAILABLE_S)
+
+
+class ModelRefused(ServiceError):
+    """The LLM refused the request with a 4xx of its own, passed on with its status and message."""
+
+    def __init__(self, status_code: int, detail: str):
+        super().__init__(detail)
+        self.status_code = status_code  # an instance's status: whatever the model answered
 
 
 class RecallUnavailable(Unavailable):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from serve_app.core.budget import BudgetShares
@@ -124,24 +124,47 @@ class Settings(BaseSettings):
 
     llm_mode: Literal["none", "openai", "ray-serve-llm"] = Field(
         "none",
-        description="none: extractive summaries only; openai: an OpenAI-compatible endpoint; "
-        "ray-serve-llm: a vLLM deployment in this app's DAG.",
+        description="none: extractive summaries only, no chat endpoint; openai: any OpenAI-compatible endpoint at "
+        "llm_base_url; ray-serve-llm: the ray.serve.llm OpenAI application deployed beside this one (configs/cluster.yaml), "
+        "at llm_base_url.",
     )
-    llm_base_url: str = Field("http://127.0.0.1:8001/v1", description="openai mode: endpoint base URL.")
+    llm_base_url: str = Field(
+        "http://127.0.0.1:8001/v1",
+        description="The endpoint, /v1 included; in ray-serve-llm mode the route of the LLM application (set it: "
+        "e.g. http://127.0.0.1:8000/llm/v1).",
+    )
     llm_model: str = Field("qwen2.5-7b-instruct", description="Model name sent with each request (model_id in ray-serve-llm).")
     llm_api_key: str = ""
     llm_timeout_s: float = Field(30.0, gt=0)
     llm_seed: int = 0
     llm_input_tokens: int = Field(6000, ge=64, description="Conversation tokens per LLM call; longer spans are folded in chunks.")
     llm_extract_max_tokens: int = Field(512, ge=16, le=4096)
-    llm_config: dict[str, Any] = Field(
-        default_factory=dict, description="ray-serve-llm mode: keyword arguments of ray.serve.llm.LLMConfig."
+    llm_context_window: int = Field(
+        32768,
+        ge=512,
+        description="The model's context window for /v1/chat/completions when the endpoint does not report one "
+        "(vLLM's max_model_len and ray.serve.llm's model card win).",
+    )
+    chat_default_user: str = Field(
+        "default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$", description="User of a chat request that names none."
+    )
+    chat_max_completion_tokens: int = Field(
+        1024, ge=1, description="Tokens reserved for the answer when a chat request gives no max_completion_tokens."
     )
     extraction_enabled: bool = Field(True, description="Extract structured facts when an LLM is configured.")
     extraction_max_facts: int = Field(8, ge=1, le=8, description="maxItems of the extraction schema.")
     extraction_max_attempts: int = Field(
         3, ge=1, description="Invalid outputs for one span before it is skipped (counted as rejects); outages never skip."
     )
+
+    @model_validator(mode="after")
+    def _llm_endpoint_named(self) -> Settings:
+        if self.llm_mode == "ray-serve-llm" and "llm_base_url" not in self.model_fields_set:
+            raise ValueError(
+                "llm_mode ray-serve-llm needs llm_base_url: the route of the ray.serve.llm application, "
+                "e.g. http://127.0.0.1:8000/llm/v1 (configs/cluster.yaml)"
+            )
+        return self
 
     def keyring(self):
         """The API keys of `api_keys` and `api_keys_file` together."""

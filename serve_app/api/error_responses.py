@@ -22,6 +22,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pymilvus.exceptions import MilvusException
+from starlette.types import Scope
 
 from serve_app.errors import InvalidRequest, ServiceError, Unavailable
 
@@ -90,12 +91,53 @@ def as_service_error(exc: BaseException) -> ServiceError:
     return ServiceError("internal error")
 
 
-def error_response(error: ServiceError) -> JSONResponse:
-    return JSONResponse(status_code=error.status_code, content=error.body(), headers=error.headers())
+OPENAI_PATHS = ("/v1/chat/", "/v1/models")
+"""Routes whose errors take OpenAI's shape, which the openai SDK parses."""
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_shaped(scope: Scope) -> bool:
+    """Whether the request's route (its path under the app's route prefix) is an OpenAI one."""
+    path, prefix = scope.get("path", ""), scope.get("root_path", "")
+    return (path[len(prefix) :] if prefix and path.startswith(prefix) else path).startswith(OPENAI_PATHS)
+
+
+def error_response(error: ServiceError, *, openai: bool = False) -> JSONResponse:
+    """`{"detail": ...}` as every route of API v1 answers, or OpenAI's `{"error": {...}}`."""
+    body = error.body()
+    if openai:
+        detail = body.pop("detail")
+        message = detail if isinstance(detail, str) else "; ".join(_validation_line(e) for e in detail)
+        body = {
+            "error": {
+                "message": message,
+                "type": _OPENAI_TYPES.get(error.status_code, "server_error"),
+                "param": body.pop("param", None),
+                "code": body.pop("code", None),
+                **body,
+            }
+        }
+    return JSONResponse(status_code=error.status_code, content=body, headers=error.headers())
+
+
+def _validation_line(error: Any) -> str:
+    if isinstance(error, dict):
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", error))
+    return str(error)
 
 
 async def handle_error(request: Request, exc: Exception) -> JSONResponse:
-    return error_response(as_service_error(exc))
+    return error_response(as_service_error(exc), openai=openai_shaped(request.scope))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serve_app.api.error_responses import error_response, install_error_handlers
-from serve_app.api.routers import context, health, memories, sessions, users
+from serve_app.api.error_responses import error_response, install_error_handlers, openai_shaped
+from serve_app.api.mcp_tools import build_mcp, mcp_routes
+from serve_app.api.routers import chat, context, health, memories, sessions, users
 from serve_app.errors import PayloadTooLarge
 from serve_app.services.dependencies import Dependencies
 
-ROUTERS = (health.router, sessions.router, context.router, users.router, memories.router)
+ROUTERS = (health.router, sessions.router, context.router, users.router, memories.router, chat.router)
 
 
 class BodySizeLimit:
@@ -29,21 +33,33 @@ class BodySizeLimit:
             declared = dict(scope["headers"]).get(b"content-length", b"")
             if declared.isdigit() and int(declared) > self.limit:
                 too_large = PayloadTooLarge(f"request body of {int(declared)} bytes is over the {self.limit}-byte limit")
-                await error_response(too_large)(scope, receive, send)
+                await error_response(too_large, openai=openai_shaped(scope))(scope, receive, send)
                 return
         await self.inner(scope, receive, send)
 
 
 def create_http_app(deps: Dependencies) -> FastAPI:
-    """The app of one replica: its routes reach `deps` through `request.app.state`."""
+    """The app of one replica: its routes reach `deps` through `request.app.state`; the MCP tools at
+    `/mcp` are the same service functions, served by the MCP SDK's session manager, which runs for
+    the app's lifetime."""
+    mcp = build_mcp(deps)
+    mcp_endpoint = mcp_routes(mcp, deps)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.session_manager.run():
+            yield
+
     app = FastAPI(
         title="agent-memory-serve",
         version="1.0.0",
         description="Working, short-term and long-term memory for LLM agents, on Ray Serve.",
+        lifespan=lifespan,
     )
     app.state.dependencies = deps
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
+    app.router.routes.extend(mcp_endpoint)
     return app

@@ -22,6 +22,9 @@ MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
 SUMMARY_HEADER = "\n\n# Summary of the earlier part of this conversation\n"
 TOOLS_HEADER = "\n\n# Tool results\n"
 MIN_TRUNCATED_TOOL_TOKENS = 16
+# The tool definitions follow the system section, whose last characters can merge with their first
+# newlines when tokenized: reserved with this margin, then counted exactly.
+TOOL_DEFINITIONS_MARGIN = 4
 
 
 class BudgetShares(BaseModel):
@@ -57,6 +60,8 @@ class ContextRequest:
     facts: Sequence[str] = ()
     memories: Sequence[str] = ()
     tool_results: Sequence[dict[str, Any]] = ()
+    tools: Sequence[dict[str, Any]] = ()
+    """Tool definitions of a chat request: the template renders them after the system prompt."""
 
 
 @dataclass
@@ -144,15 +149,18 @@ def build_context(req: ContextRequest) -> ContextResult:
     system_text = req.system_prompt if req.system_prompt is not None else tokenizer.DEFAULT_SYSTEM_PROMPT
     system_tokens = _system_tokens(system_text)
 
+    tool_definitions = tokenizer.tools_text(req.tools)
+    defined = _appended_tokens(system_text, tool_definitions) + TOOL_DEFINITIONS_MARGIN if tool_definitions else 0
+    fixed = template + defined
     blocks = group_blocks(req.turns)
     block_tokens = [count_block(block) for block in blocks]
     newest = block_tokens[-1] if blocks else 0
-    mandatory = system_tokens + template + newest
+    mandatory = system_tokens + fixed + newest
     if mandatory > limit:
         raise BudgetError(
-            f"system prompt ({system_tokens} tokens) and newest turn ({newest} tokens) need "
+            f"system prompt ({system_tokens} tokens), tool definitions ({defined}) and newest turn ({newest} tokens) need "
             f"{mandatory} tokens with the template; max_tokens - reserve_output is {limit}",
-            {"system": system_tokens, "newest_turn": newest, "template": template, "limit": limit},
+            {"system": system_tokens, "newest_turn": newest, "template": template, "tool_definitions": defined, "limit": limit},
         )
     notes: list[str] = []
     content = system_text
@@ -162,7 +170,7 @@ def build_context(req: ContextRequest) -> ContextResult:
         return _appended_tokens(content, extra)
 
     def room() -> int:
-        return limit - current - template - newest
+        return limit - current - fixed - newest
 
     # Summary: part of the history share, but it goes in before any older turn.
     summary_tokens = 0
@@ -218,7 +226,7 @@ def build_context(req: ContextRequest) -> ContextResult:
             used[kind] += 1
 
     # History: every token left, newest block first, contiguous.
-    remaining = limit - current - template
+    remaining = limit - current - fixed
     chosen: list[list[dict[str, Any]]] = []
     history_tokens = 0
     for block, tokens in zip(reversed(blocks), reversed(block_tokens), strict=False):
@@ -232,7 +240,8 @@ def build_context(req: ContextRequest) -> ContextResult:
     messages = [{"role": "system", "content": content}] + [_public(t) for t in kept]
     # Special tokens split the text, so the prompt's tokens are exactly the sum of its parts (tests
     # check it against a full count); counting the whole prompt again cost as much as building it.
-    total = current + history_tokens + template
+    defined = _appended_tokens(content, tool_definitions) if tool_definitions else 0
+    total = current + history_tokens + template + defined
     if total > limit:  # pragma: no cover - the choices above make this unreachable; never return over budget
         raise BudgetError("context does not fit", {"total": total, "limit": limit})
 
@@ -243,6 +252,7 @@ def build_context(req: ContextRequest) -> ContextResult:
         "history": Section(history_tokens, limit - system_tokens - tools_tokens - memory_tokens - template),
         "tool_results": Section(tools_tokens, tools_budget),
         "template": Section(template, template),
+        "tool_definitions": Section(defined, defined),
         "output_reserved": Section(reserve, reserve),
     }
     return ContextResult(

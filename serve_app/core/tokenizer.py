@@ -50,6 +50,23 @@ QWEN25_SPECIAL_TOKENS: tuple[str, ...] = (
 
 DEFAULT_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 GENERATION_PROMPT = "<|im_start|>assistant\n"
+# What Qwen2.5's template appends to the system message when a request defines tools.
+TOOLS_PREAMBLE = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+def tools_text(tools: Sequence[Mapping[str, Any]]) -> str:
+    """The tool definitions as the template renders them after the system prompt (`tojson`: the
+    object as given, default separators); empty without tools."""
+    if not tools:
+        return ""
+    return TOOLS_PREAMBLE + "".join("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools) + TOOLS_POSTAMBLE
 
 
 @lru_cache(maxsize=1)
@@ -95,11 +112,14 @@ def _tool_call_text(call: Mapping[str, Any]) -> str:
     )
 
 
-def render_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> str:
-    """Render messages exactly as Qwen2.5-Instruct's chat template does (no `tools` argument)."""
-    parts: list[str] = []
-    if not messages or messages[0].get("role") != "system":
-        parts.append(f"<|im_start|>system\n{DEFAULT_SYSTEM_PROMPT}<|im_end|>\n")
+def render_chat(
+    messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, tools: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """Render messages exactly as Qwen2.5-Instruct's chat template does."""
+    first_is_system = bool(messages) and messages[0].get("role") == "system"
+    system = (messages[0].get("content") or "") if first_is_system else DEFAULT_SYSTEM_PROMPT
+    parts = [f"<|im_start|>system\n{system}{tools_text(tools)}<|im_end|>\n"]
+    messages = messages[1:] if first_is_system else messages
     for i, message in enumerate(messages):
         role = message.get("role")
         content = message.get("content") or ""
@@ -125,9 +145,11 @@ def render_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt:
     return "".join(parts)
 
 
-def count_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False) -> int:
-    """Prompt tokens of a chat request, default system prompt included when none is given."""
-    return count_tokens(render_chat(messages, add_generation_prompt=add_generation_prompt))
+def count_chat(
+    messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = False, tools: Sequence[Mapping[str, Any]] = ()
+) -> int:
+    """Prompt tokens of a chat request, default system prompt and tool definitions included."""
+    return count_tokens(render_chat(messages, add_generation_prompt=add_generation_prompt, tools=tools))
 
 
 def count_block(messages: Iterable[Mapping[str, Any]]) -> int:

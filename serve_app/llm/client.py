@@ -1,39 +1,39 @@
-"""Chat clients with one call shape, so prompts and parsing are the same in every mode."""
+"""The LLM through the official `openai` SDK: one client for summaries, extraction and chat, in every
+mode. In `openai` mode it points at any OpenAI-compatible endpoint; in `ray-serve-llm` mode at the
+`ray.serve.llm` OpenAI application deployed beside this one (configs/cluster.yaml), over HTTP, so no
+replica of this app imports vLLM or its request types.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import inspect
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
+import openai
+from openai import AsyncOpenAI
+from openai.resources.chat.completions import AsyncCompletions
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 
 class LLMError(RuntimeError):
     """The model did not give a usable answer (timeout, connection, HTTP or engine error)."""
 
+    def __init__(self, message: str, status_code: int | None = None, body: Any = None):
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
 
 @dataclass
 class ChatCall:
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     max_tokens: int
     temperature: float = 0.0
     seed: int = 0
     response_format: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def body(self, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": self.messages,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "stream": False,
-        }
-        if self.response_format is not None:
-            body["response_format"] = self.response_format
-        return body | self.extra
 
 
 @dataclass
@@ -48,67 +48,96 @@ class ChatClient(Protocol):
     async def chat(self, call: ChatCall) -> ChatResult: ...
 
 
-def _result_from_openai(data: dict[str, Any]) -> ChatResult:
-    try:
-        choice = data["choices"][0]
-        usage = data.get("usage") or {}
-        return ChatResult(
-            text=choice["message"].get("content") or "",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            finish_reason=choice.get("finish_reason"),
-        )
-    except (KeyError, IndexError, TypeError) as exc:
-        raise LLMError(f"malformed chat completion: {str(data)[:300]}") from exc
+# What `chat.completions.create` takes as arguments; any other field of a request goes in extra_body.
+_CREATE_ARGS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {
+    "self",
+    "extra_headers",
+    "extra_query",
+    "extra_body",
+    "timeout",
+}
+
+
+def _error(exc: Exception) -> LLMError:
+    if isinstance(exc, openai.APIStatusError):
+        return LLMError(f"HTTP {exc.status_code}: {exc.message}", exc.status_code, exc.body)
+    return LLMError(f"{type(exc).__name__}: {exc}")
 
 
 class OpenAIChatClient:
-    """Any OpenAI-compatible endpoint: a standalone vLLM server, or another provider."""
+    """An OpenAI-compatible endpoint: a vLLM server, the ray.serve.llm OpenAI app, another provider.
+
+    No retries in the SDK: a failed summary or extraction is retried by the memorizer's LLM lane,
+    and a chat request by its client."""
 
     def __init__(self, base_url: str, model: str, api_key: str = "", timeout_s: float = 30.0):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.client = AsyncOpenAI(base_url=base_url.rstrip("/"), api_key=api_key or "none", timeout=timeout_s, max_retries=0)
         self.model = model
+        self._window: int | None = None
 
     async def chat(self, call: ChatCall) -> ChatResult:
+        body: dict[str, Any] = {
+            "messages": call.messages,
+            "max_tokens": call.max_tokens,
+            "temperature": call.temperature,
+            "seed": call.seed,
+            **call.extra,
+        }
+        if call.response_format is not None:
+            body["response_format"] = call.response_format
+        completion = await self.complete(body)
         try:
-            response = await self.http.post("/chat/completions", json=call.body(self.model))
-        except httpx.HTTPError as exc:
-            raise LLMError(f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise LLMError(f"HTTP {response.status_code}: {response.text[:300]}")
-        return _result_from_openai(response.json())
+            choice = completion.choices[0]
+            usage = completion.usage
+            return ChatResult(
+                text=choice.message.content or "",
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                finish_reason=choice.finish_reason,
+            )
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise LLMError(f"malformed chat completion: {str(completion)[:300]}") from exc
+
+    def _arguments(self, body: dict[str, Any]) -> dict[str, Any]:
+        known = {k: v for k, v in body.items() if k in _CREATE_ARGS}
+        extra = {k: v for k, v in body.items() if k not in _CREATE_ARGS}
+        return {**known, "model": self.model} | ({"extra_body": extra} if extra else {})
+
+    async def complete(self, body: dict[str, Any]) -> ChatCompletion:
+        """One chat completion of an OpenAI request body (the model is always this client's)."""
+        try:
+            return await self.client.chat.completions.create(**self._arguments(body | {"stream": False}))
+        except openai.OpenAIError as exc:
+            raise _error(exc) from exc
+
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[ChatCompletionChunk]:
+        """The chunks of a streamed chat completion, as the model gives them."""
+        try:
+            chunks = await self.client.chat.completions.create(**self._arguments(body | {"stream": True}))
+            async for chunk in chunks:
+                yield chunk
+        except openai.OpenAIError as exc:
+            raise _error(exc) from exc
+
+    async def context_window(self, default: int) -> int:
+        """The model's context window as the endpoint reports it (vLLM's `max_model_len`, or the
+        `max_request_context_length` of a ray.serve.llm model card), asked once; else `default`."""
+        if self._window is None:
+            try:
+                cards = [card async for card in self.client.models.list() if card.id == self.model]
+            except openai.OpenAIError:
+                return default  # asked again next time: the endpoint may be starting
+            extra = (cards[0].model_extra or {}) if cards else {}
+            reported = extra.get("max_model_len") or (extra.get("metadata") or {}).get("max_request_context_length")
+            self._window = int(reported) if reported else default
+        return self._window
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.client.close()
 
 
-class ServeLLMClient:
-    """A `ray.serve.llm` LLM deployment reached through its handle (streamed async generator)."""
-
-    def __init__(self, handle: Any, model: str, timeout_s: float = 30.0):
-        self.handle = handle
-        self.model = model
-        self.timeout_s = timeout_s
-
-    async def _call(self, call: ChatCall) -> ChatResult:
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest  # imports vLLM: only here
-
-        request = ChatCompletionRequest(**call.body(self.model))
-        last: Any = None
-        async for item in self.handle.options(stream=True).chat.remote(request):
-            last = item
-        if last is None:
-            raise LLMError("the LLM deployment returned nothing")
-        data = last.model_dump() if hasattr(last, "model_dump") else last
-        if isinstance(data, dict) and "choices" not in data:
-            raise LLMError(f"LLM deployment error: {str(data)[:300]}")
-        return _result_from_openai(data)
-
-    async def chat(self, call: ChatCall) -> ChatResult:
-        try:
-            return await asyncio.wait_for(self._call(call), timeout=self.timeout_s)
-        except LLMError:
-            raise
-        except Exception as exc:  # timeouts, dead replicas, engine errors: all mean "no answer"
-            raise LLMError(f"{type(exc).__name__}: {exc}") from exc
+def llm_client(settings) -> OpenAIChatClient | None:
+    """The client of the configured LLM (the same in the Ingress and the Memorizer), or None."""
+    if settings.llm_mode == "none":
+        return None
+    return OpenAIChatClient(settings.llm_base_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import ms_to_datetime
@@ -33,8 +35,17 @@ def fact_line(fact: Fact) -> str:
     return f"{fact.key} ({fact.category}): {fact.value}"
 
 
-async def build_working_memory(deps: Dependencies, tenant: str, req: ContextRequestIn) -> ContextResponse:
-    """The prompt for the next call and what went into it, section by section."""
+async def build_working_memory(
+    deps: Dependencies,
+    tenant: str,
+    req: ContextRequestIn,
+    *,
+    pending_turns: Sequence[dict[str, Any]] = (),
+    tools: Sequence[dict[str, Any]] = (),
+) -> ContextResponse:
+    """The prompt for the next call and what went into it, section by section. `pending_turns`: turns
+    of this call that are not stored (a chat call with `store: false`), after the log's; `tools`: a
+    chat call's tool definitions, which take room in the prompt."""
     stores, settings = deps.stores, deps.settings
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k
@@ -91,10 +102,11 @@ async def build_working_memory(deps: Dependencies, tenant: str, req: ContextRequ
             system_prompt=req.system_prompt,
             reserve_output=req.reserve_output,
             summary=meta.summary if meta and meta.summary else None,
-            turns=turns,
+            turns=[*turns, *pending_turns],
             facts=[fact_line(f) for f in facts],
             memories=[memory_line(h) for h in hits],
             tool_results=[r.model_dump() for r in req.tool_results],
+            tools=tools,
         )
     )
     if meta and meta.summary_degraded:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from serve_app.core.auth import KeyRing
 from serve_app.encoding import EmbedOne
+from serve_app.llm.client import OpenAIChatClient
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
@@ -28,12 +29,27 @@ class Observers(Protocol):
 
     def context_sections(self, total_tokens: int, sections: dict[str, int]) -> None: ...
 
+    def chat_call(self, alignment: str, memory_tokens: int, streamed: bool) -> None: ...
+
+    def first_token_s(self, seconds: float) -> None: ...
+
+    def stream_abandoned(self) -> None: ...
+
 
 class NoObservers:
     def recall_ms(self, path: str, ms: float) -> None:
         pass
 
     def context_sections(self, total_tokens: int, sections: dict[str, int]) -> None:
+        pass
+
+    def chat_call(self, alignment: str, memory_tokens: int, streamed: bool) -> None:
+        pass
+
+    def first_token_s(self, seconds: float) -> None:
+        pass
+
+    def stream_abandoned(self) -> None:
         pass
 
 
@@ -46,3 +62,5 @@ class Dependencies:
     keyring: KeyRing = field(default_factory=KeyRing)
     poke: Poke | None = None
     observers: Observers = field(default_factory=NoObservers)
+    llm: OpenAIChatClient | None = None
+    """The LLM of /v1/chat/completions (None when llm_mode is none)."""

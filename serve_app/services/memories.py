@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from serve_app import schemas
 from serve_app.core.clock import datetime_to_ms, ms_to_datetime
@@ -105,7 +105,7 @@ async def delete_memories(
 async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schemas.MemoryIn) -> schemas.MemoryOut:
     """A memory stated directly (not memorized from a turn); the same text added twice is stored once."""
     await check_memory_quota(deps, tenant, 1)
-    created = body.created_at or datetime.now(timezone.utc)
+    created = body.created_at or datetime.now(UTC)
     memory_id = body.id or direct_memory_id(tenant, user_id, body.text)
     row = memory_row(
         deps.settings,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from serve_app import schemas
 from serve_app.core.auth import Caller
@@ -25,7 +25,7 @@ async def append_messages(
     limit = settings.rate_limit_overrides.get(caller.tenant, settings.rate_limit_messages_per_minute)
     await deps.stores.rate_limits.spend(caller.key_digest, len(body.messages), limit)
     await check_memory_quota(deps, caller.tenant, len(body.messages))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stored = [m.stored(now) for m in body.messages]
     result = await deps.stores.log.append(caller.tenant, session_id, body.user_id, stored)
     if deps.poke is not None and not all(result.duplicates):

@@ -186,6 +186,17 @@ class KeywordIndex:
         )
         return [r["memory_id"] for r in rows]
 
+    async def has_session(self, tenant: str, user: str, session: str) -> bool:
+        """Whether the user has a memory of this session (its log may have expired since)."""
+        return bool(
+            await self.pool.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM memory_keywords WHERE tenant_id = $1 AND session_id = $2 AND user_id = $3)",
+                tenant,
+                session,
+                user,
+            )
+        )
+
     async def count(self, tenant: str) -> int:
         """Memories the tenant stores (every memory has exactly one row here): what quotas count."""
         return int(await self.pool.fetchval("SELECT count(*) FROM memory_keywords WHERE tenant_id = $1", tenant))

@@ -14,6 +14,7 @@ import pytest
 from bench.vllm_server import MODEL_ID, STRUCTURED_OUTPUTS, VLLM_ENV, OpenAIServer, make_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
+STREAM_BATCHING_INTERVAL_MS = 10  # as configs/cluster.yaml: chunks reach a streaming client as they come
 
 if importlib.util.find_spec("vllm") is None:  # collected by the main venv's run: nothing to do there
     collect_ignore_glob = ["test_*.py"]
@@ -26,6 +27,7 @@ def tiny_llm_config(model_dir: str) -> dict:
         "engine_kwargs": {"enforce_eager": True, "max_model_len": 512, "structured_outputs_config": STRUCTURED_OUTPUTS},
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": dict(VLLM_ENV)},
+        "experimental_configs": {"stream_batching_interval_ms": STREAM_BATCHING_INTERVAL_MS},
     }
 
 

@@ -161,3 +161,38 @@ def test_parallel_tool_calls_keep_all_their_results_across_a_compaction_boundary
             results = {s for s, call in result_of.items() if call in ids}
             assert (seq in kept) == (results <= kept) and (seq in kept or not results & kept), (max_tokens, seq, kept)
         assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "lookup_order", "description": "An order by id, in the shop's database.",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string", "pattern": "^ORD-\\d+$"}}}}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tool_definitions_are_counted_exactly_and_kept_inside_the_limit(seed):
+    """A chat request's tool definitions follow the system section in the prompt: counted exactly,
+    whatever the system section ends with, and the prompt still fits."""
+    rng = random.Random(seed)
+
+    def text(n: int) -> str:
+        return "".join(rng.choice(AWKWARD) for _ in range(n))
+
+    tools = TOOLS[: rng.randint(1, 2)]
+    result = build_context(
+        ContextRequest(
+            max_tokens=rng.choice([700, 1200, 4096]),
+            shares=BudgetShares(),
+            system_prompt=rng.choice([None, text(2), text(1) + "\n", "ends with spaces  "]),
+            summary=rng.choice([None, text(3)]),
+            turns=[{"seq": i + 1, "role": rng.choice(["user", "assistant"]), "content": text(3)} for i in range(40)],
+            memories=[text(2) for _ in range(rng.randint(0, 8))],
+            tools=tools,
+        )
+    )
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True, tools=tools)
+    assert result.sections["tool_definitions"].tokens > 0
+    assert result.total_tokens <= result.limit
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens

@@ -6,10 +6,9 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
-
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("serve_app", "deployments")

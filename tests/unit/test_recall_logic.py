@@ -1,6 +1,6 @@
 """Pure recall logic: keyword normalization, query timeframes, rank fusion and its floor."""
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -10,7 +10,7 @@ from serve_app.core.timeframe import Timeframe, query_timeframe
 
 
 def utc(*args) -> datetime:
-    return datetime(*args, tzinfo=timezone.utc)
+    return datetime(*args, tzinfo=UTC)
 
 
 def test_terms_drop_stop_words_and_stem():

@@ -1,0 +1,221 @@
+"""Request and response models of agent-memory-serve's API v1, as the client sends and reads them.
+
+Each model is named as its schema in the service's `/openapi.json`; a test of the service compares
+their fields with that document, so client and server cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+FactCategory = Literal["preference", "fact", "decision", "task"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a newer server may answer with more
+
+
+class ToolFunction(_Model):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Model):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class MessageIn(_Model):
+    role: Role
+    content: str = ""
+    id: str | None = Field(None, description="Client message id; the client makes one when none is given.")
+    created_at: datetime | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class AppendRequest(_Model):
+    user_id: str
+    messages: list[MessageIn]
+
+
+class AppendResponse(_Model):
+    session_id: str
+    seqs: list[int]
+    duplicates: list[bool]
+
+
+class SessionInfo(_Model):
+    session_id: str
+    user_id: str
+    message_count: int
+    covers_upto_seq: int
+    memorized_upto_seq: int
+    extracted_upto_seq: int
+    summary_version: int
+    summary_degraded: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class StoredMessage(_Model):
+    seq: int
+    role: Role
+    content: str
+    id: str | None = None
+    created_at: datetime | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class MessagesPage(_Model):
+    session_id: str
+    messages: list[StoredMessage]
+    summary: str
+    covers_upto_seq: int
+    next_after: int | None
+
+
+class ToolResultIn(_Model):
+    name: str = "tool"
+    content: str
+
+
+class BudgetShares(_Model):
+    system: float = 0.06
+    memory: float = 0.12
+    history: float = 0.62
+    tools: float = 0.12
+    output: float = 0.06
+
+
+class ContextRequestIn(_Model):
+    user_id: str
+    session_id: str
+    query: str = ""
+    system_prompt: str | None = None
+    tool_results: list[ToolResultIn] = Field(default_factory=list)
+    max_tokens: int | None = None
+    reserve_output: int | None = None
+    shares: BudgetShares | None = None
+    top_k: int | None = None
+    min_score: float | None = None
+
+
+class SectionUsage(_Model):
+    tokens: int
+    budget: int
+
+
+class ContextUsage(_Model):
+    total_tokens: int
+    max_tokens: int
+    reserve_output: int
+    limit: int
+    omitted_turns: int
+    percent_used: float
+    sections: dict[str, SectionUsage]
+
+
+class FactOut(_Model):
+    key: str
+    value: str
+    category: FactCategory
+    source_session: str | None
+    source_seqs: list[int]
+    valid_from: datetime
+    valid_to: datetime | None
+
+
+class SearchHit(_Model):
+    id: str
+    text: str
+    score: float
+    session_id: str
+    seq: int
+    created_at: datetime
+
+
+class ContextResponse(_Model):
+    messages: list[dict[str, Any]]
+    usage: ContextUsage
+    recalled: list[SearchHit]
+    facts: list[FactOut]
+    summary_included: bool
+    included_seqs: list[int]
+    degraded: list[str]
+
+
+class CompressResponse(_Model):
+    session_id: str
+    compacted: bool
+    summary: str
+    covers_upto_seq: int
+    tokens_before: int
+    tokens_after: int
+    cas_conflicts: int
+    degraded: bool = False
+
+
+class UserSessions(_Model):
+    user_id: str
+    sessions: list[dict[str, Any]]
+
+
+class FactIn(_Model):
+    value: str
+    category: FactCategory = "fact"
+    source_session: str | None = None
+    source_seqs: list[int] = Field(default_factory=list)
+
+
+class FactWrite(_Model):
+    fact: FactOut
+    changed: bool
+
+
+class MemoryIn(_Model):
+    text: str
+    id: str | None = None
+    created_at: datetime | None = None
+
+
+class MemoryOut(_Model):
+    id: str
+    text: str
+    session_id: str
+    seq: int
+    role: str
+    kind: str
+    created_at: datetime
+
+
+class SearchRequest(_Model):
+    query: str
+    top_k: int = 10
+    min_score: float | None = None
+
+
+class Deleted(_Model):
+    deleted: bool
+    details: dict[str, int] = Field(default_factory=dict)
+
+
+class Health(_Model):
+    status: Literal["ok", "degraded"]
+    backends: dict[str, str]
+
+
+API_MODELS: tuple[type[BaseModel], ...] = (
+    ToolFunction, ToolCall, MessageIn, AppendRequest, AppendResponse, SessionInfo, StoredMessage, MessagesPage,
+    ToolResultIn, BudgetShares, ContextRequestIn, SectionUsage, ContextUsage, FactOut, SearchHit, ContextResponse,
+    CompressResponse, UserSessions, FactIn, FactWrite, MemoryIn, MemoryOut, SearchRequest, Deleted, Health,
+)  # fmt: skip
+"""Every model that mirrors a schema of the service's OpenAPI document, by the same name."""

@@ -1,0 +1,129 @@
+"""MCP tools at `/mcp` (streamable HTTP, stateless: any Ingress replica answers any call).
+
+Each tool is the service function its REST route calls, with the REST API's request models as its
+input schema, so validation, limits and the tenant (from the same API key, sent as a header) are the
+same. A request without a valid key is refused with a 401 before MCP reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
+from starlette.datastructures import Headers
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from serve_app import schemas
+from serve_app.api.error_responses import as_service_error, error_response
+from serve_app.core.auth import Caller
+from serve_app.core.ids import ID_PATTERN
+from serve_app.errors import ServiceError, Unauthorized
+from serve_app.services import memories, sessions, users
+from serve_app.services.context import build_working_memory
+from serve_app.services.dependencies import Dependencies
+
+MCP_PATH = "/mcp"
+IdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
+KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Fact key.")]
+
+INSTRUCTIONS = (
+    "Long-term memory of users across sessions. search_memory recalls what a user said before; get_context "
+    "builds the prompt for the next model call inside a token budget; append_messages stores a session's turns "
+    "(memorized in the background); add_memory and set_fact store what should be remembered explicitly."
+)
+
+
+def caller_of(deps: Dependencies, headers: Headers | Any) -> Caller:
+    """The tenant from the API key in `Authorization: Bearer` or `X-API-Key`, as the REST API reads it."""
+    if not deps.keyring.enabled:
+        return Caller(deps.settings.default_tenant, "local")
+    key = headers.get("x-api-key") if headers is not None else None
+    auth = headers.get("authorization", "") if headers is not None else ""
+    if not key and auth.lower().startswith("bearer "):
+        key = auth[7:].strip()
+    found = deps.keyring.tenant_for(key)
+    if found is None:
+        raise Unauthorized()
+    return Caller(*found)
+
+
+class KeyRequired:
+    """The MCP endpoint behind the API key: a request without a valid one gets the API's 401."""
+
+    def __init__(self, inner: ASGIApp, deps: Dependencies):
+        self.inner = inner
+        self.deps = deps
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            caller_of(self.deps, Headers(scope=scope))
+        except ServiceError as refused:
+            await error_response(refused)(scope, receive, send)
+            return
+        await self.inner(scope, receive, send)
+
+
+async def _call(work):
+    """A service error becomes the tool's error result, with the API's message."""
+    try:
+        return await work
+    except Exception as exc:  # mapped like the REST API maps it; the message reaches the client
+        error = as_service_error(exc)
+        raise ToolError(f"{error.status_code}: {error.body()['detail']}") from exc
+
+
+def build_mcp(deps: Dependencies) -> MCPServer:
+    mcp = MCPServer("agent-memory-serve", instructions=INSTRUCTIONS)
+
+    def who(ctx: Context) -> Caller:
+        return caller_of(deps, ctx.headers)
+
+    @mcp.tool(description="Hybrid search of a user's long-term memories (dense + keywords, rank-fused).")
+    async def search_memory(user_id: IdArg, search: schemas.SearchRequest, ctx: Context) -> list[schemas.SearchHit]:
+        return await _call(memories.search_memories(deps, who(ctx).tenant, user_id, search))
+
+    @mcp.tool(description="Store a memory for a user directly (the same text twice is stored once).")
+    async def add_memory(user_id: IdArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
+        return await _call(memories.add_memory(deps, who(ctx).tenant, user_id, memory))
+
+    @mcp.tool(description="Delete one long-term memory of a user.")
+    async def delete_memory(user_id: IdArg, memory_id: IdArg, ctx: Context) -> schemas.Deleted:
+        return await _call(memories.delete_memory(deps, who(ctx).tenant, user_id, memory_id))
+
+    @mcp.tool(description="The prompt for the next model call: facts, recalled memories, summary and recent turns, in budget.")
+    async def get_context(context: schemas.ContextRequestIn, ctx: Context) -> schemas.ContextResponse:
+        return await _call(build_working_memory(deps, who(ctx).tenant, context))
+
+    @mcp.tool(description="Append messages to a session's log (a retried client id is stored once).")
+    async def append_messages(session_id: IdArg, append: schemas.AppendRequest, ctx: Context) -> schemas.AppendResponse:
+        return await _call(sessions.append_messages(deps, who(ctx), session_id, append))
+
+    @mcp.tool(description="A user's current structured facts.")
+    async def list_facts(user_id: IdArg, ctx: Context) -> list[schemas.FactOut]:
+        return await _call(users.current_facts(deps, who(ctx).tenant, user_id))
+
+    @mcp.tool(description="Set a user's fact; the previous value is kept in its history.")
+    async def set_fact(user_id: IdArg, key: KeyArg, fact: schemas.FactIn, ctx: Context) -> schemas.FactWrite:
+        return await _call(users.put_fact(deps, who(ctx).tenant, user_id, key, fact))
+
+    return mcp
+
+
+def mcp_routes(mcp: MCPServer, deps: Dependencies) -> list[Route]:
+    """`/mcp` itself (no redirect to `/mcp/`), JSON answers, no session: replicas share nothing.
+    The Host check is off: the service sits behind its own proxy and authenticates every call."""
+    app = mcp.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    routes = []
+    for route in app.routes:
+        if isinstance(route, Route):
+            routes.append(Route(route.path, endpoint=KeyRequired(route.app, deps), methods=route.methods, name="mcp"))
+    return routes

@@ -1,0 +1,105 @@
+"""MCP at /mcp with the official `mcp` client SDK over streamable HTTP: the tools, their limits and
+the tenant of the API key, against the running service."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import KEY_B, KEY_LOCAL, wait_memorized
+
+TOOLS = {"search_memory", "add_memory", "delete_memory", "get_context", "append_messages", "list_facts", "set_fact"}
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class Tools:
+    """One MCP session per call of `run`: list, call, read the structured result."""
+
+    def __init__(self, url: str, key: str | None):
+        self.url = f"{url}/mcp"
+        self.headers = {"X-API-Key": key} if key else {}
+
+    async def run(self, calls: list[tuple[str, dict]]) -> tuple[set[str], list]:
+        async with (
+            httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(60)) as http,
+            streamable_http_client(self.url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            results = [await session.call_tool(name, arguments) for name, arguments in calls]
+        return names, results
+
+
+def _data(result):
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return result.structured_content.get("result", result.structured_content)
+    return json.loads(result.content[0].text)
+
+
+async def test_tools_are_listed_and_each_one_works(service_url):
+    user, session = _id("user"), _id("s")
+    tools = Tools(service_url, KEY_LOCAL)
+    names, results = await tools.run(
+        [
+            ("append_messages", {"session_id": session, "append": {"user_id": user, "messages": [
+                {"role": "user", "content": "My bike is a blue Bianchi from 1998.", "id": "m1"}]}}),
+            ("add_memory", {"user_id": user, "memory": {"text": "Allergic to penicillin."}}),
+            ("set_fact", {"user_id": user, "key": "bike", "fact": {"value": "blue Bianchi", "category": "fact"}}),
+            ("list_facts", {"user_id": user}),
+        ]
+    )  # fmt: skip
+    assert names == TOOLS
+    appended, added, written, facts = (_data(r) for r in results)
+    assert appended["seqs"] == [1] and written["changed"] and [f["key"] for f in facts] == ["bike"]
+    wait_memorized(httpx.Client(base_url=service_url, headers={"X-API-Key": KEY_LOCAL}), session, 1)
+
+    _, results = await tools.run(
+        [
+            ("search_memory", {"user_id": user, "search": {"query": "what bike?", "top_k": 3}}),
+            ("get_context", {"context": {"user_id": user, "session_id": _id("s"), "query": "medicine", "max_tokens": 1024}}),
+            ("delete_memory", {"user_id": user, "memory_id": added["id"]}),
+            ("delete_memory", {"user_id": user, "memory_id": added["id"]}),
+            ("search_memory", {"user_id": "not a valid id!", "search": {"query": "x"}}),
+            ("append_messages", {"session_id": session, "append": {"user_id": user, "messages": []}}),
+        ]
+    )
+    hits, context, deleted = (_data(r) for r in results[:3])
+    assert "Bianchi" in hits[0]["text"]
+    assert context["usage"]["total_tokens"] <= context["usage"]["limit"] and "penicillin" in context["messages"][0]["content"]
+    assert deleted["deleted"]
+    assert [r.is_error for r in results[3:]] == [True, True, True]
+    assert "404: memory not found" in results[3].content[0].text  # the API's status and message
+    assert "pattern" in results[4].content[0].text  # the REST API's id rule, from the same model
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key-0123456789"])
+async def test_a_missing_or_wrong_key_is_refused(service_url, key):
+    response = httpx.post(
+        f"{service_url}/mcp",
+        headers={"Accept": "application/json, text/event-stream"} | ({"X-API-Key": key} if key else {}),
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
+    assert response.status_code == 401 and response.json() == {"detail": "missing or invalid API key"}
+    with pytest.raises(BaseExceptionGroup) as refused:  # the SDK cannot even initialize a session
+        await Tools(service_url, key).run([])
+    assert "MCPError" in repr(refused.value.exceptions)
+
+
+async def test_another_tenant_never_sees_the_data(service_url):
+    user = _id("user")
+    await Tools(service_url, KEY_LOCAL).run([("set_fact", {"user_id": user, "key": "secret", "fact": {"value": "42"}})])
+    _, results = await Tools(service_url, KEY_B).run(
+        [("list_facts", {"user_id": user}), ("search_memory", {"user_id": user, "search": {"query": "42"}})]
+    )
+    assert _data(results[0]) == [] and _data(results[1]) == []
