@@ -61,6 +61,7 @@ class OpenAIServer:
             "--model", self.model_dir, "--served-model-name", MODEL_ID,
             "--max-model-len", "512", "--enforce-eager", "--host", "127.0.0.1", "--port", str(self.port),
             "--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS),
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         ]  # fmt: skip
         started = time.monotonic()
         with open(self.log, "ab") as log:

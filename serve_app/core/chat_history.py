@@ -70,8 +70,12 @@ class Plan:
 
 
 def _newest(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The turns after the request's last assistant turn (its newest exchange): never old history."""
+    """The request's newest exchange, never older history: the turns after its last assistant turn,
+    or from that turn on when it called tools (its results are among them: a call and its results
+    are stored together)."""
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    if last_assistant >= 0 and messages[last_assistant].get("tool_calls"):
+        return list(messages[last_assistant:])
     return list(messages[last_assistant + 1 :] or messages[-1:])
 
 

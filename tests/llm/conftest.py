@@ -24,7 +24,14 @@ def tiny_llm_config(model_dir: str) -> dict:
     """LLMConfig fields for the tiny model: the recipe of configs/cluster.yaml, sized for two cores."""
     return {
         "model_loading_config": {"model_id": MODEL_ID, "model_source": model_dir},
-        "engine_kwargs": {"enforce_eager": True, "max_model_len": 512, "structured_outputs_config": STRUCTURED_OUTPUTS},
+        "engine_kwargs": {
+            "enforce_eager": True,
+            "max_model_len": 512,
+            "structured_outputs_config": STRUCTURED_OUTPUTS,
+            # Qwen2.5 writes tool calls in the Hermes format; a named tool_choice needs the parser.
+            "enable_auto_tool_choice": True,
+            "tool_call_parser": "hermes",
+        },
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": dict(VLLM_ENV)},
         "experimental_configs": {"stream_batching_interval_ms": STREAM_BATCHING_INTERVAL_MS},

@@ -28,6 +28,13 @@ class RecordingProxy:
     def chat_requests(self) -> list[dict]:
         return [r for r in self.requests if "messages" in r]
 
+    def last_asking(self, text: str) -> dict:
+        """The newest chat request whose last message says `text` (the memorizer's own calls for
+        summaries and extraction go the same way, in between)."""
+        asking = [r for r in self.chat_requests() if str(r["messages"][-1].get("content") or "").strip() == text]
+        assert asking, f"no request to the model ended with {text!r}"
+        return asking[-1]
+
     def start(self) -> RecordingProxy:
         self._thread.start()
         self._ready.wait(30)
