@@ -22,6 +22,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pymilvus.exceptions import MilvusException
+from starlette.exceptions import HTTPException
 from starlette.types import Scope
 
 from serve_app.errors import InvalidRequest, ServiceError, Unavailable
@@ -77,10 +78,25 @@ def _echoable(value: Any) -> Any:
     return value
 
 
+class RoutingError(ServiceError):
+    """Starlette's own refusals (no such path, a method the route does not take) as a service
+    error, so they take the shape of their path like every other error; `Allow` stays."""
+
+    def __init__(self, exc: HTTPException):
+        super().__init__(exc.detail)
+        self.status_code = exc.status_code
+        self.routing_headers = dict(exc.headers or {})
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), **self.routing_headers}
+
+
 def as_service_error(exc: BaseException) -> ServiceError:
     """The service error an exception answers as."""
     if isinstance(exc, ServiceError):
         return exc
+    if isinstance(exc, HTTPException):
+        return RoutingError(exc)
     if isinstance(exc, RequestValidationError):
         # A lone surrogate or a NaN sent by the client would otherwise turn the 422 into a 500.
         return InvalidRequest(_echoable(jsonable_encoder(exc.errors())))
@@ -141,5 +157,5 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    for kind in (ServiceError, RequestValidationError, *BACKEND_ERRORS):
+    for kind in (ServiceError, RequestValidationError, HTTPException, *BACKEND_ERRORS):
         app.add_exception_handler(kind, handle_error)

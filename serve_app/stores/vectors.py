@@ -14,6 +14,7 @@ f-string of raw input.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -32,6 +33,7 @@ _FIELD_RE = re.compile(r"^[a-z_]+$")
 OUTPUT_FIELDS = ["id", "tenant_id", "user_id", "session_id", "seq", "role", "kind", "text", "created_at"]
 DEFAULT_PARTITIONS = 64
 HNSW_EF = 128
+LOAD_TIMEOUT_S = 30.0
 T = TypeVar("T")
 logger = logging.getLogger("ray.serve")
 
@@ -133,9 +135,19 @@ class VectorStore:
         # Called after this client loaded a released collection: Milvus restarted, and Milvus Lite
         # loses the writes it had acknowledged but not yet persisted (services/memories.repair_vectors).
         self.on_reload: Callable[[], Awaitable[None]] | None = None
+        self._load_lock = asyncio.Lock()
+        self._loads = 0
 
-    async def _load(self) -> None:
-        await self.client.load_collection(self.collection)
+    async def _load(self, seen: int) -> None:
+        """Load a released collection once, however many calls found it released since load number
+        `seen`: Milvus Lite can drop rows it acknowledged while another load runs, so the callers
+        that raced wait for that one load instead of starting their own."""
+        async with self._load_lock:
+            if self._loads != seen:
+                return
+            # Bounded: pymilvus otherwise polls the load's progress for ever, and every caller waits here.
+            await self.client.load_collection(self.collection, timeout=LOAD_TIMEOUT_S)
+            self._loads += 1
         if self.on_reload is not None:
             try:
                 await self.on_reload()
@@ -151,12 +163,13 @@ class VectorStore:
     async def _loaded(self, read: Callable[[], Awaitable[T]]) -> T:
         """Run a search or query; if Milvus answers that the collection is not loaded (a restarted
         Milvus Lite forgets every load), load it and run it once more."""
+        seen = self._loads
         try:
             return await read()
         except MilvusException as exc:
             if not _is_released(exc):
                 raise
-            await self._load()
+            await self._load(seen)
             return await read()
 
     async def ping(self) -> bool:
@@ -168,11 +181,14 @@ class VectorStore:
         Python on every search, so the embedded profile flushes on a short timer."""
         await self.client.flush(self.collection)
 
+    async def _state(self) -> Any:
+        return (await self.client.get_load_state(self.collection)).get("state")
+
     async def _ensure_loaded(self) -> None:
         """Load the collection if Milvus has released it (a restarted Milvus Lite releases everything)."""
-        state = (await self.client.get_load_state(self.collection)).get("state")
-        if state != LoadState.Loaded:
-            await self._load()
+        seen = self._loads
+        if await self._state() != LoadState.Loaded:
+            await self._load(seen)
 
     async def upsert(self, rows: list[MemoryRow]) -> int:
         """Rows grouped by partition; an upsert replaces the row with the same id (a retry).

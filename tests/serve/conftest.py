@@ -17,6 +17,9 @@ from serve_app.embedded.launchers import free_port
 # API keys of the test app: tenant "local" (what the other tests use) and more tenants.
 KEY_LOCAL, KEY_B, KEY_SLOW = "key-local-0123456789", "key-tenant-b-0123456789", "key-slow-0123456789"
 KEY_SMALL = "key-small-0123456789"  # tenant "tenant-small": a quota of 3 stored memories
+# tenant "tenant-tiny": the same quota for the client's test, which fills it; a quota is per tenant, so
+# sharing tenant-small would leave test_tenants' quota test no room for its own writes.
+KEY_TINY = "key-tiny-0123456789"
 KEY_RETRY = "key-retry-0123456789"  # tenant "tenant-retry": 60 messages a minute, so a 429 asks for ~1 s
 KEY_FUZZ = "key-fuzz-0123456789"  # tenant "fuzz": the Schemathesis run, whose random DELETEs must not touch other tests' data
 # Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
@@ -29,10 +32,11 @@ TEST_ARGS = {
         hash_key(KEY_SLOW): "tenant-slow",
         hash_key(KEY_FUZZ): "fuzz",
         hash_key(KEY_SMALL): "tenant-small",
+        hash_key(KEY_TINY): "tenant-tiny",
         hash_key(KEY_RETRY): "tenant-retry",
     },
     "rate_limit_overrides": {"tenant-slow": 5, "tenant-retry": 60},
-    "quota_overrides": {"tenant-small": 3},
+    "quota_overrides": {"tenant-small": 3, "tenant-tiny": 3},
 }
 
 

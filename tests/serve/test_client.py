@@ -11,7 +11,7 @@ import httpx
 import pytest
 from agent_memory_client import AsyncMemoryClient, MemoryClient, NotFound, RateLimited, Unauthorized, models
 
-from .conftest import KEY_LOCAL, KEY_RETRY, KEY_SMALL, wait_memorized
+from .conftest import KEY_LOCAL, KEY_RETRY, KEY_TINY, wait_memorized
 
 
 def _id(prefix: str) -> str:
@@ -101,7 +101,7 @@ def test_429_is_retried_after_retry_after_and_errors_carry_status_and_detail(ser
         started = time.monotonic()
         assert memory.append(session, user, [{"role": "user", "content": "one more"}]).seqs == [61]
         assert time.monotonic() - started >= 0.5  # waited for the allowance the 429 named
-    with MemoryClient(service_url, api_key=KEY_SMALL) as small, pytest.raises(RateLimited) as quota:
+    with MemoryClient(service_url, api_key=KEY_TINY) as small, pytest.raises(RateLimited) as quota:
         for i in range(5):
             small.add_memory(_id("u"), f"memory number {i}")  # a quota's Retry-After (an hour) is not waited for
     assert quota.value.status_code == 429 and "quota" in quota.value.detail and quota.value.headers["retry-after"]

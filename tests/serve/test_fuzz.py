@@ -56,16 +56,29 @@ def _node_id_for_schemathesis(request):
         request.node._nodeid = request.node.nodeid
 
 
+OPENAI_SHAPED = ("/v1/chat/", "/v1/models")  # OpenAI's `{"error": {"message": ...}}`, which its SDK parses
+
+
+def _refusal_message(path: str, body: Any) -> Any:
+    """The message a refusal carries: `detail` in API v1, `error.message` on the OpenAI-compatible paths."""
+    if not isinstance(body, dict):
+        return None
+    if path.startswith(OPENAI_SHAPED):
+        error = body.get("error")
+        return error.get("message") if isinstance(error, dict) else None
+    return body.get("detail")
+
+
 def four_xx_has_a_message(ctx, response, case) -> bool | None:
-    """A refusal is JSON with a non-empty `detail`, so the client can tell what to change."""
+    """A refusal is JSON with a non-empty message in the path's error shape, so the client can tell
+    what to change."""
     if 400 <= response.status_code < 500:
         try:
             body = response.json()
         except ValueError as exc:
             raise AssertionError(f"{response.status_code} body is not JSON: {response.text[:200]!r}") from exc
-        detail = body.get("detail") if isinstance(body, dict) else None
-        if not detail:
-            raise AssertionError(f"{response.status_code} without a `detail`: {response.text[:200]!r}")
+        if not _refusal_message(case.path, body):
+            raise AssertionError(f"{response.status_code} without a message for {case.path}: {response.text[:200]!r}")
     return None
 
 

@@ -158,3 +158,19 @@ def test_every_route_dependency_runs_on_the_event_loop():
     assert len(routes) >= 18
     sync = [name for r in routes for name in sync_calls(r.dependant, r.path)]
     assert not sync, f"plain-def dependencies run on a worker thread: {sync}"
+
+
+def test_routing_refusals_take_the_shape_of_their_path():
+    """Starlette's own 404 and 405 answer as the rest of their path does: `{"detail": ...}` with
+    `Allow` in API v1, OpenAI's `{"error": {...}}` under the OpenAI-compatible routes."""
+    with TestClient(_app(), raise_server_exceptions=False) as client:
+        v1 = client.put("/v1/context")
+        models = client.request("TRACE", "/v1/models")
+        chat = client.get("/v1/chat/completions")
+        unknown = client.get("/v1/chat/nothing-here")
+    assert (v1.status_code, v1.json(), v1.headers["allow"]) == (405, {"detail": "Method Not Allowed"}, "POST")
+    assert models.status_code == 405 and models.headers["allow"] == "GET"
+    assert models.json()["error"]["message"] == "Method Not Allowed"
+    assert chat.status_code == 405 and chat.json()["error"]["message"] == "Method Not Allowed"
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == {"message": "Not Found", "type": "not_found_error", "param": None, "code": None}
