@@ -140,8 +140,9 @@ class VectorStore:
 
     async def _load(self, seen: int) -> None:
         """Load a released collection once, however many calls found it released since load number
-        `seen`: Milvus Lite can drop rows it acknowledged while another load runs, so the callers
-        that raced wait for that one load instead of starting their own."""
+        `seen`: after a restart a burst of writers and readers then waits for one load instead of
+        each starting its own beside the upserts of the others (Milvus Lite drops upserts that race
+        a load; what it drops anyway, `services/memories.repair_vectors` restores)."""
         async with self._load_lock:
             if self._loads != seen:
                 return
