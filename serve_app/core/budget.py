@@ -150,17 +150,23 @@ def build_context(req: ContextRequest) -> ContextResult:
     system_tokens = _system_tokens(system_text)
 
     tool_definitions = tokenizer.tools_text(req.tools)
-    defined = _appended_tokens(system_text, tool_definitions) + TOOL_DEFINITIONS_MARGIN if tool_definitions else 0
-    fixed = template + defined
+    tools_reserved = _appended_tokens(system_text, tool_definitions) + TOOL_DEFINITIONS_MARGIN if tool_definitions else 0
+    fixed = template + tools_reserved
     blocks = group_blocks(req.turns)
     block_tokens = [count_block(block) for block in blocks]
     newest = block_tokens[-1] if blocks else 0
     mandatory = system_tokens + fixed + newest
     if mandatory > limit:
         raise BudgetError(
-            f"system prompt ({system_tokens} tokens), tool definitions ({defined}) and newest turn ({newest} tokens) need "
+            f"system prompt ({system_tokens} tokens), tool definitions ({tools_reserved}) and newest turn ({newest} tokens) need "
             f"{mandatory} tokens with the template; max_tokens - reserve_output is {limit}",
-            {"system": system_tokens, "newest_turn": newest, "template": template, "tool_definitions": defined, "limit": limit},
+            {
+                "system": system_tokens,
+                "newest_turn": newest,
+                "template": template,
+                "tool_definitions": tools_reserved,
+                "limit": limit,
+            },
         )
     notes: list[str] = []
     content = system_text
