@@ -5,9 +5,15 @@
 Each conversation is one user; speaker_a is the `user` role and speaker_b the `assistant` role;
 each LoCoMo session is one session, appended in order with `created_at` from its date. Only the
 dialogue is ingested (never the files' summaries, observations or events). Then every question of
-categories 1-4 goes through memory search and through POST /v1/context (2,048 tokens).
+categories 1-4 goes through memory search and through POST /v1/context in a fresh session.
 Recall@k: the hits' source turns in rank order, the first k distinct dia_ids, the share of the
 question's evidence among them, averaged.
+
+Evidence in the prompt: what an agent actually sees. For each question, the share of its evidence
+turns whose text (whitespace and case normalised) appears in the messages `/v1/context` returns,
+at each of `--budgets` (2,048 and 8,192 tokens), with the shipped defaults; beside it the memory
+tokens of those prompts, and the same for LoCoMo's category 5 (adversarial questions the
+conversation does not answer), where the floors should keep memory out.
 
 Search runs twice per question: with the shipped defaults (both relevance floors on, as
 `/v1/context` and a plain search use them) and uncapped (`min_score: -1`, floors off). The recall
@@ -33,6 +39,32 @@ from bench.locomo_data import CATEGORIES, parse_date, session_numbers, turn_cont
 
 KS = (1, 5, 10, 20)
 MODES = {"defaults": {}, "uncapped": {"min_score": -1}}
+
+
+UNANSWERABLE = 5  # LoCoMo's adversarial category: what the conversation does not say
+
+
+def normalized(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def turn_texts(data: dict) -> dict[str, str]:
+    """dia_id -> the turn's text as stored."""
+    conversation = data.get("conversation", data)
+    sessions = (conversation[f"session_{number}"] for number in session_numbers(conversation))
+    return {turn["dia_id"]: turn_content(turn) for turns in sessions for turn in turns}
+
+
+def build_context(client: httpx.Client, user: str, question: str, budget: int) -> dict:
+    """/v1/context for a question asked in a fresh session of the user (nothing appended to it)."""
+    body = {"user_id": user, "session_id": f"{user}-qa", "query": question, "max_tokens": budget}
+    return client.post("/v1/context", json=body).json()
+
+
+def evidence_in_prompt(messages: list[dict], evidence: set[str], texts: dict[str, str]) -> float:
+    """The share of the evidence turns whose text the prompt holds (grouped or merged lines count)."""
+    prompt = normalized("\n".join(str(m.get("content") or "") for m in messages))
+    return sum(normalized(texts[e]) in prompt for e in evidence if e in texts) / len(evidence)
 
 
 def ingest(client: httpx.Client, data: dict, user: str) -> dict[tuple[str, int], str]:
@@ -68,7 +100,7 @@ def main() -> None:
     parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--api-key", default="", help="Bearer key when the service requires one.")
-    parser.add_argument("--context-tokens", type=int, default=2048)
+    parser.add_argument("--budgets", default="2048,8192", help="max_tokens of the context calls, comma-separated.")
     parser.add_argument("--json", dest="json_out", default="bench/out/locomo.json")
     args = parser.parse_args()
 
@@ -76,8 +108,9 @@ def main() -> None:
     run = uuid.uuid4().hex[:6]
     per_question = []
     search_ms: dict[str, list[float]] = {mode: [] for mode in MODES}
+    budgets = [int(b) for b in args.budgets.split(",")]
     context_ms: list[float] = []
-    memory_tokens: list[int] = []
+    unanswerable: list[dict] = []
     with httpx.Client(base_url=args.url, timeout=120, headers=headers) as client:
         for path in sorted(args.data.glob("*.json")):
             data = json.loads(path.read_text())
@@ -87,6 +120,14 @@ def main() -> None:
             for session, seq in where:
                 last[session] = max(last.get(session, 0), seq)
             wait_memorized(client, last)
+            texts = turn_texts(data)
+            for qa in tqdm([q for q in data["qa"] if q.get("category") == UNANSWERABLE], desc=f"unanswerable {path.name}"):
+                question = qa.get("question") or qa.get("adversarial_question") or ""
+                row = {"file": path.name}
+                for budget in budgets:
+                    usage = build_context(client, user, question, budget)["usage"]
+                    row[f"memory tokens@{budget}"] = usage["sections"]["memory"]["tokens"]
+                unanswerable.append(row)
             questions = [q for q in data["qa"] if q.get("category") in CATEGORIES]
             for qa in tqdm(questions, desc=f"questions {path.name}", unit="q"):
                 evidence = {e.strip() for item in qa["evidence"] for e in str(item).split(";") if e.strip()}
@@ -108,31 +149,32 @@ def main() -> None:
                         found = evidence & set(ranked[:k])
                         row[f"{mode} recall@{k}"] = len(found) / len(evidence)
                         row[f"{mode} full@{k}"] = float(found == evidence)
-                started = time.perf_counter()
-                context = client.post(
-                    "/v1/context",
-                    json={
-                        "user_id": user,
-                        "session_id": f"{user}-qa",
-                        "query": qa["question"],
-                        "max_tokens": args.context_tokens,
-                    },
-                ).json()
-                context_ms.append((time.perf_counter() - started) * 1000)
-                memory_tokens.append(context["usage"]["sections"]["memory"]["tokens"])
+                for budget in budgets:
+                    started = time.perf_counter()
+                    built = build_context(client, user, qa["question"], budget)
+                    context_ms.append((time.perf_counter() - started) * 1000)
+                    row[f"evidence@{budget}"] = evidence_in_prompt(built["messages"], evidence, texts)
+                    row[f"memory tokens@{budget}"] = built["usage"]["sections"]["memory"]["tokens"]
                 per_question.append(row)
 
     def mean(rows, key):
         return statistics.fmean(r[key] for r in rows) if rows else 0.0
 
     def recall(rows: list[dict]) -> dict[str, float]:
-        return {f"{mode} recall@{k}": mean(rows, f"{mode} recall@{k}") for mode in MODES for k in KS}
+        figures = {f"{mode} recall@{k}": mean(rows, f"{mode} recall@{k}") for mode in MODES for k in KS}
+        for budget in budgets:
+            figures[f"evidence@{budget}"] = mean(rows, f"evidence@{budget}")
+            figures[f"memory tokens@{budget}"] = mean(rows, f"memory tokens@{budget}")
+        return figures
 
     figures: dict = {"questions": len(per_question), "all": recall(per_question)}
     figures["full_coverage@10"] = {mode: mean(per_question, f"{mode} full@10") for mode in MODES}
     figures["search_p50_ms"] = {mode: percentile(ms, 50) for mode, ms in search_ms.items()}
     figures["context_p50_ms"], figures["context_p95_ms"] = percentile(context_ms, 50), percentile(context_ms, 95)
-    figures["memory_tokens_in_context_mean"] = statistics.fmean(memory_tokens) if memory_tokens else 0
+    figures["unanswerable"] = {
+        "questions": len(unanswerable),
+        **{f"memory tokens@{b}": mean(unanswerable, f"memory tokens@{b}") for b in budgets},
+    }
     figures["by_category"] = {CATEGORIES[c]: recall([r for r in per_question if r["category"] == c]) for c in CATEGORIES}
     figures["by_file"] = {
         f: recall([r for r in per_question if r["file"] == f]) for f in sorted({r["file"] for r in per_question})
@@ -146,8 +188,14 @@ def main() -> None:
     full = figures["full_coverage@10"]
     print(f"full coverage@10 {full['defaults']:.3f} | {full['uncapped']:.3f}; questions {figures['questions']}")
     print(f"search p50 {figures['search_p50_ms']['defaults']:.1f} | {figures['search_p50_ms']['uncapped']:.1f} ms; "
-          f"context p50/p95 {figures['context_p50_ms']:.1f}/{figures['context_p95_ms']:.1f} ms; "
-          f"memory tokens in context {figures['memory_tokens_in_context_mean']:.0f}")  # fmt: skip
+          f"context p50/p95 {figures['context_p50_ms']:.1f}/{figures['context_p95_ms']:.1f} ms")  # fmt: skip
+    print("\nevidence in the prompt of /v1/context (fresh session, shipped defaults) and its memory tokens")
+    print(f"{'':<14}" + "".join(f"{'ev@' + str(b):>10}{'mem tok@' + str(b):>14}" for b in budgets))
+    for name, row in {"all": figures["all"], **figures["by_category"], **figures["by_file"]}.items():
+        print(f"{name:<14}" + "".join(f"{row[f'evidence@{b}']:>10.3f}{row[f'memory tokens@{b}']:>14.0f}" for b in budgets))
+    none = figures["unanswerable"]
+    print(f"{'unanswerable':<14}" + "".join(f"{'':>10}{none[f'memory tokens@{b}']:>14.0f}" for b in budgets)
+          + f"   (category 5, {none['questions']} questions)")  # fmt: skip
     print("in-sample on the files bench.recall_tune tuned the defaults on (../shared/data/locomo); held out on others")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
