@@ -33,7 +33,9 @@ _FIELD_RE = re.compile(r"^[a-z_]+$")
 OUTPUT_FIELDS = ["id", "tenant_id", "user_id", "session_id", "seq", "role", "kind", "text", "created_at"]
 DEFAULT_PARTITIONS = 64
 HNSW_EF = 128
-LOAD_TIMEOUT_S = 30.0
+# Every Milvus call is bounded: pymilvus otherwise retries an unreachable server for minutes, and a
+# request held that long outlives its client's timeout instead of answering 503 with Retry-After.
+RPC_TIMEOUT_S = 10.0
 T = TypeVar("T")
 logger = logging.getLogger("ray.serve")
 
@@ -137,17 +139,23 @@ class VectorStore:
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self._load_lock = asyncio.Lock()
         self._loads = 0
+        self._load_attempts = 0
 
     async def _load(self, seen: int) -> None:
         """Load a released collection once, however many calls found it released since load number
         `seen`: after a restart a burst of writers and readers then waits for one load instead of
         each starting its own beside the upserts of the others (Milvus Lite drops upserts that race
         a load; what it drops anyway, `services/memories.repair_vectors` restores)."""
+        attempts = self._load_attempts
         async with self._load_lock:
             if self._loads != seen:
                 return
-            # Bounded: pymilvus otherwise polls the load's progress for ever, and every caller waits here.
-            await self.client.load_collection(self.collection, timeout=LOAD_TIMEOUT_S)
+            if self._load_attempts != attempts:
+                # The load this caller waited for failed: answer now (a 503) rather than queue for
+                # a load of its own, one bounded wait after another.
+                raise ConnectionError("Milvus could not load the collection just now; retry later")
+            self._load_attempts += 1
+            await self.client.load_collection(self.collection, timeout=RPC_TIMEOUT_S)
             self._loads += 1
         if self.on_reload is not None:
             try:
@@ -175,15 +183,15 @@ class VectorStore:
 
     async def ping(self) -> bool:
         # A metadata call: a query would make Milvus Lite scan rows.
-        return bool(await self.client.has_collection(self.collection))
+        return bool(await self.client.has_collection(self.collection, timeout=RPC_TIMEOUT_S))
 
     async def flush(self) -> None:
         """Seal buffered rows into an indexed segment. Milvus Lite scans unflushed rows one by one in
         Python on every search, so the embedded profile flushes on a short timer."""
-        await self.client.flush(self.collection)
+        await self.client.flush(self.collection, timeout=RPC_TIMEOUT_S)
 
     async def _state(self) -> Any:
-        return (await self.client.get_load_state(self.collection)).get("state")
+        return (await self.client.get_load_state(self.collection, timeout=RPC_TIMEOUT_S)).get("state")
 
     async def _ensure_loaded(self) -> None:
         """Load the collection if Milvus has released it (a restarted Milvus Lite releases everything)."""
@@ -204,7 +212,7 @@ class VectorStore:
             by_partition.setdefault(self.partition(row.tenant_id, row.user_id), []).append(milvus_record(row))
         for partition, records in by_partition.items():
             for attempt in range(3):
-                await self.client.upsert(self.collection, records, partition_name=partition)
+                await self.client.upsert(self.collection, records, partition_name=partition, timeout=RPC_TIMEOUT_S)
                 missing = await self._missing(partition, [r["id"] for r in records])
                 if not missing:
                     break
@@ -217,7 +225,11 @@ class VectorStore:
     async def _missing(self, partition: str, ids: list[str]) -> set[str]:
         found = await self._loaded(
             lambda: self.client.query(
-                self.collection, filter=milvus_filter(id=ids), output_fields=["id"], partition_names=[partition]
+                self.collection,
+                filter=milvus_filter(id=ids),
+                output_fields=["id"],
+                partition_names=[partition],
+                timeout=RPC_TIMEOUT_S,
             )
         )
         return set(ids) - {str(r["id"]) for r in found}
@@ -241,6 +253,7 @@ class VectorStore:
                 limit=limit,
                 output_fields=fields,
                 search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
+                timeout=RPC_TIMEOUT_S,
             )
         )
 
@@ -265,7 +278,10 @@ class VectorStore:
             return []
         rows = await self._loaded(
             lambda: self.client.query(
-                self.collection, filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids), output_fields=OUTPUT_FIELDS
+                self.collection,
+                filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids),
+                output_fields=OUTPUT_FIELDS,
+                timeout=RPC_TIMEOUT_S,
             )
         )
         return self._hits([[{"id": r["id"], "distance": 0.0, "entity": r} for r in rows]])
@@ -297,6 +313,7 @@ class VectorStore:
                 output_fields=OUTPUT_FIELDS,
                 limit=limit,
                 offset=offset,
+                timeout=RPC_TIMEOUT_S,
             )
         )
         return sorted(rows, key=lambda r: (r["created_at"], r["session_id"], r["seq"]))
@@ -304,13 +321,17 @@ class VectorStore:
     async def count_session(self, tenant: str, session: str) -> int:
         rows = await self._loaded(
             lambda: self.client.query(
-                self.collection, filter=milvus_filter(tenant_id=tenant, session_id=session), output_fields=["id"], limit=16384
+                self.collection,
+                filter=milvus_filter(tenant_id=tenant, session_id=session),
+                output_fields=["id"],
+                limit=16384,
+                timeout=RPC_TIMEOUT_S,
             )
         )
         return len(rows)
 
     async def delete(self, **equals: str | int | list[str]) -> int:
-        result = await self.client.delete(self.collection, filter=milvus_filter(**equals))
+        result = await self.client.delete(self.collection, filter=milvus_filter(**equals), timeout=RPC_TIMEOUT_S)
         if isinstance(result, dict):
             return int(result.get("delete_count", 0))
         if isinstance(result, list):  # Milvus Lite answers with the deleted primary keys

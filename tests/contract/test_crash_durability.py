@@ -7,6 +7,9 @@ the promise tested here.
 """
 
 import asyncio
+import os
+import signal
+import time
 
 from serve_app.core.records import MemoryRow
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
@@ -180,3 +183,43 @@ def test_writes_racing_a_reload_after_a_milvus_restart_are_kept(tmp_path, encode
     assert acknowledged == writers * per_writer  # every write went through in the end
     assert not_recorded == {w: set() for w in range(writers)}
     assert not_in_milvus == {w: set() for w in range(writers)}
+
+
+def test_a_milvus_that_does_not_answer_is_answered_within_the_bound(tmp_path):
+    """A write or a read while Milvus does not answer (frozen, as a restarting or overloaded server
+    is: connections open, no replies) fails within the store's bound, so the client gets a 503 with
+    Retry-After; unbounded, the write was still waiting after a minute and the read took 30 s, as
+    long as a client's whole timeout. (A dead Milvus refuses connections and fails fast anyway.)"""
+    from serve_app.stores.vectors import RPC_TIMEOUT_S
+
+    servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
+    row = _race_row(0, 1, [1, 0, 0, 0])
+    milvus = servers.backends["milvus"].process
+
+    async def failing_within(call) -> float:
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(call(), 6 * RPC_TIMEOUT_S)
+        except TimeoutError:
+            raise AssertionError("still waiting on a Milvus that is down") from None
+        except Exception:  # the store's answer: Milvus is unavailable
+            return time.monotonic() - started
+        raise AssertionError("a call to a Milvus that is down succeeded")
+
+    async def scenario() -> tuple[float, float]:
+        vectors = await asyncio.to_thread(VectorStore, servers.env["MILVUS_URI"], "down", 4)
+        try:
+            await vectors.upsert([row])
+            os.kill(milvus.pid, signal.SIGSTOP)
+            write_s = await failing_within(lambda: vectors.upsert([row]))
+            read_s = await failing_within(lambda: vectors.search_dense("t", "u0", [1, 0, 0, 0], limit=5))
+            return write_s, read_s
+        finally:
+            await vectors.close()
+
+    try:
+        write_s, read_s = asyncio.run(scenario())
+    finally:
+        os.kill(milvus.pid, signal.SIGCONT)
+        servers.stop()
+    assert write_s <= 2 * RPC_TIMEOUT_S and read_s <= 2 * RPC_TIMEOUT_S, (write_s, read_s)
