@@ -24,6 +24,9 @@ class FusionParams:
     """Dense floor: cosine similarity a memory needs to be recalled on meaning alone."""
     min_keyword_share: float = 0.3
     """Keyword floor: share of the best BM25 score of the query a memory needs to be recalled on words alone."""
+    min_keyword_coverage: float = 0.0
+    """Absolute keyword floor: share of the query's idf weight a memory must match. The share above is
+    relative to the best match, so on its own it lets the best of any match in, however weak."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Scored:
     id: str
     score: float
     created_at: datetime | None = None
+    coverage: float | None = None
+    """Keyword side: the share of the query's idf weight matched (None: not measured)."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,11 @@ def fuse(
     timeframe: Timeframe | None = None,
     limit: int | None = None,
 ) -> list[Fused]:
-    """Both lists best first. A memory survives the floor if its similarity or its keyword score passes."""
+    """Both lists best first. A memory survives the floors if its similarity passes, or its keyword
+    score passes both keyword floors."""
     similarity = {s.id: s.score for s in dense}
     keyword_score = {s.id: s.score for s in keyword}
+    coverage = {s.id: s.coverage for s in keyword if s.coverage is not None}
     created = {s.id: s.created_at for s in (*dense, *keyword) if s.created_at is not None}
     fused: dict[str, float] = {}
     for rank, item in enumerate(dense):
@@ -74,6 +81,8 @@ def fuse(
             return True
         if similarity.get(item_id, -2.0) >= params.min_similarity:
             return True
+        if coverage.get(item_id, 1.0) < params.min_keyword_coverage:
+            return False
         return best_keyword > 0 and keyword_score.get(item_id, 0.0) >= params.min_keyword_share * best_keyword
 
     ranked = sorted((i for i in fused if passes(i)), key=lambda i: (-fused[i], i))

@@ -51,3 +51,5 @@ class Hit:
     role: str
     kind: str
     created_at_ms: int
+    coverage: float | None = None
+    """Keyword hits: the share of the query's idf weight the memory's terms match (0-1)."""

@@ -40,6 +40,7 @@ def fusion_params(settings: Settings, min_score: float | None = None) -> FusionP
         rrf_k=settings.recall_rrf_k,
         min_similarity=settings.recall_min_score if min_score is None else min_score,
         min_keyword_share=settings.recall_min_keyword_share,
+        min_keyword_coverage=settings.recall_min_keyword_coverage,
     )
 
 
@@ -84,7 +85,7 @@ async def recall(
         raise RecallUnavailable(", ".join(degraded))
     fused = fuse(
         [Scored(memory_id, similarity, ms_to_datetime(created)) for memory_id, similarity, created in dense],
-        [Scored(h.id, h.score, ms_to_datetime(h.created_at_ms)) for h in keyword],
+        [Scored(h.id, h.score, ms_to_datetime(h.created_at_ms), h.coverage) for h in keyword],
         fusion_params(settings, min_score),
         query_timeframe(query),
         limit=top_k,

@@ -9,9 +9,10 @@ Terms arrive normalized (`core.keywords`), so no text search configuration is in
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 
@@ -34,22 +35,37 @@ WITH stats AS (
     SELECT count(*)::float8 AS n, coalesce(avg(length), 1)::float8 AS avgdl
     FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2
 ), postings AS (
-    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER (PARTITION BY term)::float8 AS df
+    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER per_term::float8 AS df,
+           row_number() OVER per_term = 1 AS first_of_term
     FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND term = ANY($3::text[])
-), scored AS (
-    SELECT p.memory_id,
-           sum(ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5))
-               * p.tf * ($5::float8 + 1) / (p.tf + $5::float8 * (1 - $6::float8 + $6::float8 * p.length / s.avgdl))) AS score
+    WINDOW per_term AS (PARTITION BY term)
+), weighted AS (
+    SELECT p.*, ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5)) AS idf, p.length / s.avgdl AS relative_length, s.n
     FROM postings p CROSS JOIN stats s
-    GROUP BY p.memory_id
-    ORDER BY score DESC, p.memory_id
+), scored AS (
+    SELECT memory_id,
+           sum(idf * tf * ($5::float8 + 1) / (tf + $5::float8 * (1 - $6::float8 + $6::float8 * relative_length))) AS score,
+           sum(idf) AS matched_idf,
+           -- each present term has one first posting: summed over all memories, the idf of the query's present terms
+           sum(sum(idf) FILTER (WHERE first_of_term)) OVER () AS present_idf,
+           (sum(count(*) FILTER (WHERE first_of_term)) OVER ())::int AS present,
+           min(n) AS n
+    FROM weighted
+    GROUP BY memory_id
+    ORDER BY score DESC, memory_id
     LIMIT $4
 )
-SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score
+SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score,
+       sc.matched_idf, sc.present_idf, sc.present, sc.n
 FROM scored sc
 JOIN memory_keywords k ON k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = sc.memory_id
 ORDER BY sc.score DESC, sc.memory_id
 """
+
+
+def idf(df: float, n: float) -> float:
+    """BM25's inverse document frequency, as the search statement computes it."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 class KeywordIndex:
@@ -168,12 +184,19 @@ class KeywordIndex:
         return done
 
     async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
-        """BM25 of one user's memories against `terms` (normalized, space-separated), best first."""
+        """BM25 of one user's memories against `terms` (normalized, space-separated), best first. Each
+        hit's `coverage` is the share of the query's weight (the sum of its terms' idf) it matches: an
+        absolute measure, where BM25 scores only compare memories of one query."""
         unique = list(dict.fromkeys(terms.split()))[:MAX_QUERY_TERMS]
         if limit <= 0 or not unique:
             return []
         rows = await self.pool.fetch(_SEARCH, tenant, user, unique, limit, BM25_K1, BM25_B)
-        return [_hit(r) for r in rows]
+        if not rows:
+            return []
+        # The query's whole weight: terms no memory holds weigh most (df 0) and match nothing.
+        first = rows[0]
+        query_idf = first["present_idf"] + (len(unique) - first["present"]) * idf(0.0, first["n"])
+        return [replace(_hit(r), coverage=r["matched_idf"] / query_idf if query_idf > 0 else 0.0) for r in rows]
 
     async def users(self) -> list[tuple[str, str]]:
         """Every (tenant, user) with a memory."""

@@ -53,6 +53,22 @@ async def test_score_is_bm25(keywords: KeywordIndex):
     assert hits == {"apple cherry cherry": pytest.approx(expected, rel=1e-9)}
 
 
+async def test_coverage_is_the_share_of_the_query_weight_matched(keywords: KeywordIndex):
+    user = "u-" + uuid.uuid4().hex[:6]
+    docs = ["apple banana", "apple cherry cherry", "date"]
+    await keywords.upsert([_row("t", user, "s", i + 1, d) for i, d in enumerate(docs)])
+    hits = {h.text: h.coverage for h in await keywords.search("t", user, "appl cherri zucchini", limit=5)}
+
+    def idf(df: int) -> float:
+        return math.log(1 + (3 - df + 0.5) / (df + 0.5))
+
+    whole = idf(2) + idf(1) + idf(0)  # "zucchini" is in no memory: it weighs most and matches nothing
+    assert hits == {
+        "apple cherry cherry": pytest.approx((idf(2) + idf(1)) / whole, rel=1e-9),
+        "apple banana": pytest.approx(idf(2) / whole, rel=1e-9),
+    }
+
+
 async def test_retry_replaces_and_delete_scopes(keywords: KeywordIndex):
     user = "u-" + uuid.uuid4().hex[:6]
     rows = [_row("t", user, "s-a", i, f"zebra number {i}") for i in range(1, 4)] + [_row("t", user, "s-b", 1, "zebra too")]

@@ -95,6 +95,16 @@ def test_floor_drops_memories_weak_on_both_sides():
     assert everything == {"close", "far", "words", "weak-words"}
 
 
+def test_coverage_floor_keeps_out_the_best_of_weak_keyword_matches():
+    """The share floor is relative: the best keyword match always passes it. A memory that matches
+    one common word of a question about something else must not."""
+    keyword = [Scored("one-word", 3.0, coverage=0.12), Scored("most-words", 2.5, coverage=0.8), Scored("unknown", 2.0)]
+    params = FusionParams(min_similarity=0.25, min_keyword_share=0.3, min_keyword_coverage=0.3)
+    assert {f.id for f in fuse([Scored("one-word", 0.1)], keyword, params)} == {"most-words", "unknown"}
+    assert [f.id for f in fuse([], keyword[:1], params)] == []
+    assert [f.id for f in fuse([Scored("one-word", 0.4)], keyword[:1], params)] == ["one-word"]  # meaning alone suffices
+
+
 def test_time_boost_lifts_memories_from_the_named_window():
     dense = [Scored("old", 0.9, utc(2022, 1, 5)), Scored("june", 0.8, utc(2023, 6, 10))]
     plain = [f.id for f in fuse(dense, [], FusionParams(time_weight=1.0))]
