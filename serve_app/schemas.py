@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from serve_app.core.budget import BudgetShares
+from serve_app.core.budget import BudgetShares, Reason
 from serve_app.core.ids import ID_PATTERN
 from serve_app.core.records import FactCategory
 
@@ -208,13 +208,24 @@ class ContextRequestIn(Strict):
     max_tokens: int | None = Field(None, ge=256, le=1_048_576)
     reserve_output: int | None = Field(None, ge=0, le=1_048_576)
     shares: BudgetShares | None = None
-    top_k: int | None = Field(None, ge=0, le=100)
+    top_k: int | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description="The most memories this prompt takes (default recall_top_k); below it the floors and the room decide.",
+    )
     min_score: float | None = Field(None, ge=-1, le=1)
 
 
 class SectionUsage(BaseModel):
-    tokens: int
-    budget: int
+    tokens: int = Field(description="Exact tokens the section holds.")
+    budget: int = Field(description="Tokens it was granted: its share plus what other sections left to it.")
+    share: int = Field(0, description="Tokens of its share of max_tokens (0: the section has no share).")
+    reason: Reason = Field(
+        "all_fit",
+        description="mandatory: always whole; all_fit: everything it had went in; room: its grant ran out first; "
+        "empty: nothing to put in.",
+    )
 
 
 class ContextUsage(BaseModel):

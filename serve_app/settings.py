@@ -79,10 +79,23 @@ class Settings(BaseSettings):
         "skip it when query_embedding is local.",
     )
 
-    recall_top_k: int = Field(8, ge=0, le=100)
+    recall_top_k: int = Field(
+        50,
+        ge=0,
+        le=100,
+        description="The most memories a context takes (a request's top_k overrides): below it the floors and the room "
+        "decide how many.",
+    )
     recall_min_score: float = Field(0.25, ge=-1, le=1, description="Dense floor: cosine a memory needs on meaning alone.")
     recall_min_keyword_share: float = Field(
         0.3, ge=0, le=1, description="Keyword floor: share of the query's best BM25 score a memory needs on words alone."
+    )
+    recall_min_keyword_coverage: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Absolute keyword floor: share of the query's idf weight a memory must match on words alone, so a "
+        "query that shares only a word or two with every memory recalls none of them.",
     )
     recall_hybrid: bool = Field(True, description="Fuse BM25 keyword matches with dense similarity (off = dense only).")
     recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")

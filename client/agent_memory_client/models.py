@@ -89,7 +89,6 @@ class ToolResultIn(_Model):
 
 
 class BudgetShares(_Model):
-    system: float = 0.06
     memory: float = 0.12
     history: float = 0.62
     tools: float = 0.12
@@ -112,6 +111,8 @@ class ContextRequestIn(_Model):
 class SectionUsage(_Model):
     tokens: int
     budget: int
+    share: int = 0
+    reason: Literal["mandatory", "all_fit", "room", "empty"] = "all_fit"
 
 
 class ContextUsage(_Model):

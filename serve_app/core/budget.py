@@ -1,47 +1,69 @@
 """Fit a prompt into a token budget with exact Qwen2.5 counts. Pure: no I/O.
 
-Order of claims: system prompt and the newest turn (mandatory), the summary, tool results and
-memory up to their shares, then history newest-first with everything left. A tool call is never
-split from its results, turns are never cut, and the prompt never exceeds max_tokens - reserve.
+Claims, in order: the system prompt, tool definitions and the newest turn (mandatory, whole); then
+each section up to its share (summary and turns: history; tool results; facts and memories:
+memory); then what is left flows to memory, as far as its memories passed the relevance floors,
+and last to history, older turns first in line. A tool call is never split from its results,
+turns are never cut, and the prompt never exceeds max_tokens - reserve.
+
+Why memory before history: history's share already holds the recent turns, and an older turn is
+only older; a memory that passed the floors was chosen for this query. History keeps its share
+against memory, so a long conversation is not pushed out by recall.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from serve_app.core import tokenizer
+from serve_app.core import memory_lines, tokenizer
+from serve_app.core.memory_lines import MemoryItem
 from serve_app.core.tokenizer import count_block, count_tokens
 from serve_app.errors import BudgetError
 
 FACTS_HEADER = "\n\n# Known facts about the user"
-MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
 SUMMARY_HEADER = "\n\n# Summary of the earlier part of this conversation\n"
 TOOLS_HEADER = "\n\n# Tool results\n"
 MIN_TRUNCATED_TOOL_TOKENS = 16
+CHARS_PER_TOKEN = 3.5
+"""Above this many characters per token of room, memories are not tried all at once (a guess that
+only saves a count: the choice is the same either way)."""
 # The tool definitions follow the system section, whose last characters can merge with their first
 # newlines when tokenized: reserved with this margin, then counted exactly.
 TOOL_DEFINITIONS_MARGIN = 4
 
 
 class BudgetShares(BaseModel):
-    """Share of `max_tokens` per prompt section; what a section leaves unused goes to history.
-    The one definition: settings, requests and the builder all use it."""
+    """Share of `max_tokens` each section may claim before what is left is shared out (memory first,
+    then history). The one definition: settings, requests and the builder all use it. The system
+    prompt has no share: it always goes in whole."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    system: float = Field(0.06, ge=0, le=1)
-    memory: float = Field(0.12, ge=0, le=1, description="Recalled memories and user facts.")
-    history: float = Field(0.62, ge=0, le=1, description="Session summary and recent turns.")
-    tools: float = Field(0.12, ge=0, le=1)
+    memory: float = Field(0.12, ge=0, le=1, description="Facts and recalled memories, before the spill.")
+    history: float = Field(
+        0.62, ge=0, le=1, description="Session summary and recent turns: what memory's spill cannot take from them."
+    )
+    tools: float = Field(0.12, ge=0, le=1, description="Tool results of the request; they take no spill.")
     output: float = Field(0.06, ge=0, le=1, description="Reserved for the model's answer.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_system_share(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "system" in data:
+            raise ValueError(
+                "shares.system is not a share: the system prompt always goes in whole, and what it leaves flows "
+                "to memory, then history; leave it out"
+            )
+        return data
 
     @model_validator(mode="after")
     def _sum_at_most_one(self) -> BudgetShares:
-        total = self.system + self.memory + self.history + self.tools + self.output
+        total = self.memory + self.history + self.tools + self.output
         if total > 1.0 + 1e-9:
             raise ValueError(f"budget shares add up to {total:.3f}, more than 1")
         return self
@@ -58,16 +80,24 @@ class ContextRequest:
     summary: str | None = None
     turns: Sequence[dict[str, Any]] = ()
     facts: Sequence[str] = ()
-    memories: Sequence[str] = ()
+    memories: Sequence[MemoryItem] = ()
+    """Recalled memories best first, all past the relevance floors: the builder takes them in this order."""
     tool_results: Sequence[dict[str, Any]] = ()
     tools: Sequence[dict[str, Any]] = ()
     """Tool definitions of a chat request: the template renders them after the system prompt."""
+
+
+Reason = Literal["mandatory", "all_fit", "room", "empty"]
+"""Why a section holds what it holds: it must be whole, all it had fit, its grant ran out, it had nothing."""
 
 
 @dataclass
 class Section:
     tokens: int = 0
     budget: int = 0
+    """Tokens the section was granted: its share plus what flowed to it."""
+    share: int = 0
+    reason: Reason = "all_fit"
 
 
 @dataclass
@@ -79,7 +109,8 @@ class ContextResult:
     omitted_turns: int
     included_seqs: list[int]
     facts_used: int
-    memories_used: int
+    memories_used: list[int]
+    """Indexes into the request's memories of those the prompt holds (near-duplicates are skipped)."""
     tool_results_used: int
     sections: dict[str, Section] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -136,6 +167,74 @@ def _truncate_to_tokens(text: str, max_tokens: int) -> str:
     return cut + " …"
 
 
+def _tool_piece(index: int, result: dict[str, Any], content: str | None = None) -> str:
+    name = result.get("name") or "tool"
+    text = str(result.get("content", "")) if content is None else content
+    return ("" if index else TOOLS_HEADER) + f'<tool_response name="{name}">\n{text}\n</tool_response>\n'
+
+
+def _fact_piece(index: int, line: str) -> str:
+    return ("" if index else FACTS_HEADER) + f"\n- {line}"
+
+
+def _history_within(block_tokens: Sequence[int], budget: int) -> int:
+    """Tokens of the newest contiguous blocks that fit in `budget`: what history takes of it."""
+    taken = 0
+    for tokens in reversed(block_tokens):
+        if tokens > budget - taken:
+            break
+        taken += tokens
+    return taken
+
+
+@dataclass
+class _Memories:
+    """The memory lines chosen, in rank order, with an estimate of their rendered cost."""
+
+    chosen: list[int] = field(default_factory=list)
+    groups: set[tuple[str, str]] = field(default_factory=set)
+    estimate: int = 0
+    exhausted: bool = True
+
+
+@lru_cache(maxsize=4096)
+def _header_tokens(day: str) -> int:
+    return count_tokens(memory_lines.group_header(day))
+
+
+def _distinct(items: Sequence[MemoryItem]) -> list[int]:
+    """Indexes of the memories in rank order, each near-duplicate of a better-ranked one left out."""
+    seen: set[str] = set()
+    kept = []
+    for index, item in enumerate(items):
+        key = memory_lines.duplicate_key(item.text)
+        if key not in seen:
+            seen.add(key)
+            kept.append(index)
+    return kept
+
+
+def _choose_memories(items: Sequence[MemoryItem], candidates: Sequence[int], allowed: int, costs: dict[int, int]) -> _Memories:
+    """Memories in rank order while their estimated cost fits `allowed`. Each line is counted alone
+    (once: `costs` keeps the counts between calls); where it meets its neighbour the count can
+    differ by a token, which the exact count of the rendered section settles."""
+    picked = _Memories(estimate=count_tokens(memory_lines.MEMORIES_HEADER) if candidates else 0)
+    for index in candidates:
+        item = items[index]
+        if index not in costs:
+            costs[index] = count_tokens(memory_lines.item_line(item))
+        cost = costs[index] + (0 if item.group in picked.groups else _header_tokens(item.day))
+        if picked.estimate + cost > allowed:
+            picked.exhausted = False
+            break
+        picked.chosen.append(index)
+        picked.groups.add(item.group)
+        picked.estimate += cost
+    if not picked.chosen:
+        picked.estimate = 0
+    return picked
+
+
 def build_context(req: ContextRequest) -> ContextResult:
     max_tokens = req.max_tokens
     reserve = req.reserve_output if req.reserve_output is not None else int(max_tokens * req.shares.output)
@@ -168,6 +267,11 @@ def build_context(req: ContextRequest) -> ContextResult:
                 "limit": limit,
             },
         )
+    shares = {
+        "memory": int(max_tokens * req.shares.memory),
+        "history": int(max_tokens * req.shares.history),
+        "tool_results": int(max_tokens * req.shares.tools),
+    }
     notes: list[str] = []
     content = system_text
     current = system_tokens
@@ -178,35 +282,46 @@ def build_context(req: ContextRequest) -> ContextResult:
     def room() -> int:
         return limit - current - fixed - newest
 
-    # Summary: part of the history share, but it goes in before any older turn.
+    # What the sections after the summary claim of their shares, so that the summary (history,
+    # first in the system message) leaves it to them. Estimates, each piece counted alone.
+    # Only a summary or tool results can take what memory would claim: without them, no estimate.
+    distinct = _distinct(req.memories)
+    line_costs: dict[int, int] = {}
+    tools_claim = min(shares["tool_results"], sum(count_tokens(_tool_piece(i, r)) for i, r in enumerate(req.tool_results)))
+    memory_claim = 0
+    if req.summary or req.tool_results:
+        facts_estimate = sum(count_tokens(_fact_piece(i, line)) for i, line in enumerate(req.facts))
+        wanted = _choose_memories(req.memories, distinct, max(0, shares["memory"] - facts_estimate), line_costs).estimate
+        memory_claim = min(shares["memory"], facts_estimate + wanted)
+
+    # Summary: history's, before any older turn; it leaves the others their claims.
     summary_tokens = 0
+    summary_grant = max(0, room() - tools_claim - memory_claim)
     if req.summary:
         section = SUMMARY_HEADER + req.summary
         cost = grown(section)
-        if cost > room():
-            section = SUMMARY_HEADER + _truncate_to_tokens(req.summary, max(0, room() - 16))
+        if cost > summary_grant:
+            section = SUMMARY_HEADER + _truncate_to_tokens(req.summary, max(0, summary_grant - 16))
             cost = grown(section)
             notes.append("summary_truncated")
-        if cost <= room():
+        if cost <= summary_grant:
             content += section
             current += cost
             summary_tokens = cost
 
-    # Tool results: up to their share; the one that overflows is cut, the rest dropped.
-    tools_budget = int(max_tokens * req.shares.tools)
+    # Tool results: up to their share (and the memory claim); the one that overflows is cut, the rest dropped.
+    tools_grant = max(0, min(shares["tool_results"], room() - memory_claim))
     tools_tokens = 0
     tools_used = 0
     for i, result in enumerate(req.tool_results):
-        name = result.get("name") or "tool"
-        piece = ("" if i else TOOLS_HEADER) + f'<tool_response name="{name}">\n{result.get("content", "")}\n</tool_response>\n'
+        piece = _tool_piece(i, result)
         cost = grown(piece)
-        allowed = min(tools_budget - tools_tokens, room())
+        allowed = tools_grant - tools_tokens
         if cost > allowed:
             keep = allowed - (cost - count_tokens(str(result.get("content", ""))))
             if keep < MIN_TRUNCATED_TOOL_TOKENS:
                 break
-            short = _truncate_to_tokens(str(result.get("content", "")), keep - 2)
-            piece = ("" if i else TOOLS_HEADER) + f'<tool_response name="{name}">\n{short}\n</tool_response>\n'
+            piece = _tool_piece(i, result, _truncate_to_tokens(str(result.get("content", "")), keep - 2))
             cost = grown(piece)
             if cost > allowed:
                 break
@@ -216,27 +331,46 @@ def build_context(req: ContextRequest) -> ContextResult:
         tools_tokens += cost
         tools_used += 1
 
-    # Memory: facts first, then recalled memories in rank order, within the memory share.
-    memory_budget = int(max_tokens * req.shares.memory)
+    # Memory: its share and the spill, all but what history takes of its own share.
+    history_claim = _history_within(block_tokens[:-1], max(0, shares["history"] - newest - summary_tokens))
+    memory_grant = max(0, room() - history_claim)
     memory_tokens = 0
-    used = {"facts": 0, "memories": 0}
-    for kind, header, lines in (("facts", FACTS_HEADER, req.facts), ("memories", MEMORIES_HEADER, req.memories)):
-        for line in lines:
-            piece = ("" if used[kind] else header) + f"\n- {line}"
-            cost = grown(piece)
-            if cost > min(memory_budget - memory_tokens, room()):
-                break
-            content += piece
+    facts_used = 0
+    for i, line in enumerate(req.facts):
+        piece = _fact_piece(i, line)
+        cost = grown(piece)
+        if cost > memory_grant - memory_tokens:
+            break
+        content += piece
+        current += cost
+        memory_tokens += cost
+        facts_used += 1
+    # All of them at once when they fit (one count), else line by line in rank order.
+    picked = _Memories(chosen=list(distinct))
+    first_try = True
+    if sum(len(req.memories[i].text) for i in distinct) > CHARS_PER_TOKEN * (memory_grant - memory_tokens):
+        picked, first_try = _choose_memories(req.memories, distinct, memory_grant - memory_tokens, line_costs), False
+    while picked.chosen:
+        section = memory_lines.render([req.memories[i] for i in picked.chosen])
+        cost = grown(section)
+        if cost <= memory_grant - memory_tokens:
+            content += section
             current += cost
             memory_tokens += cost
-            used[kind] += 1
+            break
+        if first_try:  # not all of them: choose by the estimate
+            picked = _choose_memories(req.memories, distinct, memory_grant - memory_tokens, line_costs)
+            first_try = False
+        else:
+            picked.chosen.pop()  # the estimate was a token short: the lowest-ranked goes
+            picked.exhausted = False
 
     # History: every token left, newest block first, contiguous.
-    remaining = limit - current - fixed
+    history_grant = limit - current - fixed
     chosen: list[list[dict[str, Any]]] = []
     history_tokens = 0
     for block, tokens in zip(reversed(blocks), reversed(block_tokens), strict=False):
-        if tokens > remaining - history_tokens:
+        if tokens > history_grant - history_tokens:
             break
         chosen.append(block)
         history_tokens += tokens
@@ -251,15 +385,24 @@ def build_context(req: ContextRequest) -> ContextResult:
     if total > limit:  # pragma: no cover - the choices above make this unreachable; never return over budget
         raise BudgetError("context does not fit", {"total": total, "limit": limit})
 
+    def reason(had: bool, used_all: bool) -> Reason:
+        return "empty" if not had else "all_fit" if used_all else "room"
+
+    memory_all = facts_used == len(req.facts) and picked.exhausted
     sections = {
-        "system": Section(system_tokens, int(max_tokens * req.shares.system)),
-        "memory": Section(memory_tokens, memory_budget),
-        "summary": Section(summary_tokens, 0),
-        "history": Section(history_tokens, limit - system_tokens - tools_tokens - memory_tokens - template),
-        "tool_results": Section(tools_tokens, tools_budget),
-        "template": Section(template, template),
-        "tool_definitions": Section(defined, defined),
-        "output_reserved": Section(reserve, reserve),
+        "system": Section(system_tokens, system_tokens, 0, "mandatory"),
+        "memory": Section(memory_tokens, memory_grant, shares["memory"], reason(bool(req.facts or req.memories), memory_all)),
+        "summary": Section(summary_tokens, summary_grant, 0, reason(bool(req.summary), "summary_truncated" not in notes)),
+        "history": Section(history_tokens, history_grant, shares["history"], reason(bool(blocks), len(chosen) == len(blocks))),
+        "tool_results": Section(
+            tools_tokens,
+            tools_grant,
+            shares["tool_results"],
+            reason(bool(req.tool_results), tools_used == len(req.tool_results) and "tool_result_truncated" not in notes),
+        ),
+        "template": Section(template, template, 0, "mandatory"),
+        "tool_definitions": Section(defined, defined, 0, "mandatory" if defined else "empty"),
+        "output_reserved": Section(reserve, reserve, reserve, "mandatory"),
     }
     return ContextResult(
         messages=messages,
@@ -268,8 +411,8 @@ def build_context(req: ContextRequest) -> ContextResult:
         reserve_output=reserve,
         omitted_turns=len(req.turns) - len(kept),
         included_seqs=[int(t["seq"]) for t in kept if "seq" in t],
-        facts_used=used["facts"],
-        memories_used=used["memories"],
+        facts_used=facts_used,
+        memories_used=picked.chosen,
         tool_results_used=tools_used,
         sections=sections,
         notes=notes,

@@ -13,6 +13,7 @@ from typing import Any
 
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import ms_to_datetime
+from serve_app.core.memory_lines import MemoryItem
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.errors import SessionOwnerError
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
@@ -25,10 +26,10 @@ from serve_app.stores.facts import Fact
 logger = logging.getLogger("ray.serve")
 
 
-def memory_line(hit: Hit) -> str:
+def memory_item(hit: Hit) -> MemoryItem:
     day = ms_to_datetime(hit.created_at_ms).date().isoformat() if hit.created_at_ms else "undated"
     who = f"{hit.role}: " if hit.kind == "turn" else ""
-    return f"[{day}] {who}{hit.text}"
+    return MemoryItem(text=f"{who}{hit.text}", day=day, session=hit.session_id, seq=hit.seq, kind=hit.kind)
 
 
 def fact_line(fact: Fact) -> str:
@@ -104,7 +105,7 @@ async def build_working_memory(
             summary=meta.summary if meta and meta.summary else None,
             turns=[*turns, *pending_turns],
             facts=[fact_line(f) for f in facts],
-            memories=[memory_line(h) for h in hits],
+            memories=[memory_item(h) for h in hits],
             tool_results=[r.model_dump() for r in req.tool_results],
             tools=tools,
         )
@@ -122,9 +123,12 @@ async def build_working_memory(
             limit=result.limit,
             omitted_turns=result.omitted_turns,
             percent_used=round(100.0 * result.total_tokens / max_tokens, 2),
-            sections={k: SectionUsage(tokens=v.tokens, budget=v.budget) for k, v in result.sections.items()},
+            sections={
+                k: SectionUsage(tokens=v.tokens, budget=v.budget, share=v.share, reason=v.reason)
+                for k, v in result.sections.items()
+            },
         ),
-        recalled=[hit_out(h) for h in hits[: result.memories_used]],
+        recalled=[hit_out(hits[i]) for i in result.memories_used],
         facts=[fact_out(f) for f in facts[: result.facts_used]],
         summary_included=result.sections["summary"].tokens > 0,
         included_seqs=result.included_seqs,

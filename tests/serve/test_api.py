@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import httpx
@@ -93,6 +94,40 @@ def test_recall_across_sessions_and_memories_api(client):
     memory_id = added.json()["id"]
     assert client.delete(f"/v1/users/{user}/memories/{memory_id}").status_code == 200
     assert client.delete(f"/v1/users/{user}/memories/{memory_id}").status_code == 404
+
+
+def test_context_fills_the_room_with_what_passes_the_floors(client):
+    """A fresh session leaves the room its history share would take: relevant memories fill it, past
+    the memory share and past eight; a question about something else gets none."""
+    user, old, new = _sid("user"), _sid(), _sid()
+    notes = [
+        {"role": "user", "content": f"Trip note {i}: we hiked the {name} trail with the dog and camped by the lake."}
+        for i, name in enumerate(["Alder", "Birch", "Cedar", "Dune", "Elm", "Fern", "Glen", "Heath", "Iris", "Juniper",
+                                  "Kestrel", "Larch", "Maple", "Nettle", "Oak", "Pine", "Quail", "Rowan", "Sage", "Thistle"])
+    ]  # fmt: skip
+    client.post(f"/v1/sessions/{old}/messages", json={"user_id": user, "messages": notes}).raise_for_status()
+    wait_memorized(client, old, len(notes))
+    client.post(f"/v1/sessions/{new}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "hi"}]})
+
+    def context(query: str, **extra) -> dict:
+        response = client.post(
+            "/v1/context", json={"user_id": user, "session_id": new, "query": query, "max_tokens": 2048, **extra}
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    hiking = context("which trails did we hike with the dog?")
+    memory = hiking["usage"]["sections"]["memory"]
+    assert len(hiking["recalled"]) == len(notes) and memory["reason"] == "all_fit"
+    assert memory["tokens"] > memory["share"] == int(2048 * 0.12) and memory["budget"] > memory["share"]
+    assert all(n["content"] in hiking["messages"][0]["content"] for n in notes)
+    assert len(re.findall(r"^\[\d{4}-\d{2}-\d{2}\]$", hiking["messages"][0]["content"], re.MULTILINE)) == 1  # one date header
+    assert len(context("which trails did we hike with the dog?", top_k=3)["recalled"]) == 3  # the caller's cap
+
+    unrelated = context("What is the boiling point of mercury?")
+    assert unrelated["recalled"] == [] and unrelated["usage"]["sections"]["memory"]["reason"] == "empty"
+    refused = client.post("/v1/context", json={"user_id": user, "session_id": new, "shares": {"system": 0.1}})
+    assert refused.status_code == 422 and "shares.system is not a share" in refused.text
 
 
 def test_facts_supersede_and_keep_history(client):

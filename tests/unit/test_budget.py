@@ -1,11 +1,27 @@
-"""Token budget: exact, never over, newest turn whole, tool calls not split, shares honoured."""
+"""Token budget: exact, never over, newest turn whole, tool calls not split, every section its share
+when all compete, and what a section leaves flows to memory, then history."""
 
 import random
 
 import pytest
+from pydantic import ValidationError
 
 from serve_app.core.budget import BudgetError, BudgetShares, ContextRequest, build_context
-from serve_app.core.tokenizer import count_chat
+from serve_app.core.memory_lines import MemoryItem
+from serve_app.core.tokenizer import count_block, count_chat
+
+
+def _memories(n: int, words: int = 12, sessions: int = 3) -> list[MemoryItem]:
+    """`n` distinct memories, best first, spread over a few sessions and days."""
+    return [
+        MemoryItem(
+            text=f"user: memory {i} " + " ".join(f"m{i}y{j}" for j in range(words)),
+            day=f"2024-01-{1 + i % sessions:02d}",
+            session=f"s{i % sessions}",
+            seq=10 * i,
+        )
+        for i in range(n)
+    ]
 
 
 def _turns(n: int, words: int = 20) -> list[dict]:
@@ -25,7 +41,7 @@ def test_never_over_the_limit_and_usage_is_exact(max_tokens):
             summary="Earlier: the user ordered ORD-1 for $5.",
             turns=_turns(120),
             facts=["lang (preference): Go"] * 5,
-            memories=[f"[2024-01-0{i}] user: memory {i} " * 5 for i in range(1, 9)],
+            memories=_memories(8),
             tool_results=[{"name": "search", "content": "result " * 400}],
         )
     )
@@ -35,7 +51,6 @@ def test_never_over_the_limit_and_usage_is_exact(max_tokens):
     assert result.omitted_turns == 120 - len(result.included_seqs)
     assert result.included_seqs == list(range(result.included_seqs[0], 121))  # contiguous newest suffix
     assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
-    assert result.sections["memory"].tokens <= int(max_tokens * 0.12)
     assert result.sections["tool_results"].tokens <= int(max_tokens * 0.12)
 
 
@@ -115,7 +130,7 @@ def test_section_and_prompt_counts_are_exact_for_awkward_text(seed):
             summary=rng.choice([None, text(3)]),
             turns=[{"seq": i + 1, "role": rng.choice(["user", "assistant"]), "content": text(3)} for i in range(30)],
             facts=[text(1) for _ in range(rng.randint(0, 4))],
-            memories=[text(2) for _ in range(rng.randint(0, 8))],
+            memories=[MemoryItem(text(2), f"2024-0{1 + i % 3}-01", f"s{i % 2}", i) for i in range(rng.randint(0, 8))],
             tool_results=[{"name": "t", "content": text(4)} for _ in range(rng.randint(0, 2))],
         )
     )
@@ -188,7 +203,7 @@ def test_tool_definitions_are_counted_exactly_and_kept_inside_the_limit(seed):
             system_prompt=rng.choice([None, text(2), text(1) + "\n", "ends with spaces  "]),
             summary=rng.choice([None, text(3)]),
             turns=[{"seq": i + 1, "role": rng.choice(["user", "assistant"]), "content": text(3)} for i in range(40)],
-            memories=[text(2) for _ in range(rng.randint(0, 8))],
+            memories=[MemoryItem(text(2), "2024-01-01", "s", i) for i in range(rng.randint(0, 8))],
             tools=tools,
         )
     )
@@ -196,3 +211,163 @@ def test_tool_definitions_are_counted_exactly_and_kept_inside_the_limit(seed):
     assert result.sections["tool_definitions"].tokens > 0
     assert result.total_tokens <= result.limit
     assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+
+
+def test_shares_have_no_system_share():
+    """The system prompt always goes in whole; a share for it would promise nothing."""
+    with pytest.raises(ValidationError, match="shares.system is not a share"):
+        BudgetShares.model_validate({"system": 0.1, "memory": 0.2})
+    with pytest.raises(ValidationError, match="more than 1"):
+        BudgetShares(memory=0.5, history=0.5, tools=0.1)
+
+
+def _competing(max_tokens: int, seed: int = 0) -> ContextRequest:
+    """Every section with more than its share to give."""
+    return ContextRequest(
+        max_tokens=max_tokens,
+        shares=BudgetShares(),
+        system_prompt="Be brief.",
+        summary="Earlier: " + " ".join(f"s{i}" for i in range(max_tokens // 8)),
+        turns=_turns(max_tokens // 10, words=15 + seed % 5),
+        facts=["lang (preference): Go", "city (fact): Oslo"],
+        memories=_memories(max_tokens // 10),
+        tool_results=[{"name": "search", "content": "result " * max_tokens}],
+    )
+
+
+@pytest.mark.parametrize("max_tokens", [1024, 2048, 4096, 8192, 32768])
+def test_every_section_gets_its_share_when_all_compete(max_tokens):
+    result = build_context(_competing(max_tokens))
+    shares, sections = BudgetShares(), result.sections
+    block = max(count_block([t]) for t in _competing(max_tokens).turns)
+    line = 40  # the largest memory line with its group header, in tokens
+    assert sections["memory"].tokens >= int(max_tokens * shares.memory) - line
+    assert sections["tool_results"].tokens >= int(max_tokens * shares.tools) - 8
+    assert sections["summary"].tokens + sections["history"].tokens >= int(max_tokens * shares.history) - block
+    assert result.total_tokens <= result.limit
+    assert sections["memory"].reason == sections["tool_results"].reason == sections["history"].reason == "room"
+
+
+def test_memory_takes_the_room_history_and_tools_leave():
+    """A fresh session (one turn) and many relevant memories: memory fills what the others leave."""
+    result = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), turns=_turns(1), memories=_memories(200)))
+    memory = result.sections["memory"]
+    assert memory.tokens > 2048 * 0.12 * 5
+    mandatory = sum(result.sections[k].tokens for k in ("system", "template", "history"))  # history: the newest turn
+    assert memory.budget == result.limit - mandatory
+    assert memory.tokens > memory.budget - 40  # full, but for less than a line
+    assert memory.reason == "room" and memory.share == int(2048 * 0.12) and memory.budget > memory.share
+    assert len(result.memories_used) > 20
+
+
+def test_memory_stops_at_what_it_was_given():
+    """Five memories passed the floors: five go in, and history takes everything else."""
+    result = build_context(ContextRequest(max_tokens=4096, shares=BudgetShares(), turns=_turns(400), memories=_memories(5)))
+    assert result.memories_used == [0, 1, 2, 3, 4]
+    assert result.sections["memory"].reason == "all_fit"
+    assert result.total_tokens > result.limit - max(count_block([t]) for t in _turns(400))  # history filled the rest
+
+
+def test_history_keeps_its_share_against_memory():
+    """Memory's spill never takes the recent turns' share."""
+    for max_tokens in (1024, 2048, 8192):
+        result = build_context(
+            ContextRequest(max_tokens=max_tokens, shares=BudgetShares(), turns=_turns(500), memories=_memories(500))
+        )
+        block = max(count_block([t]) for t in _turns(500))
+        assert result.sections["history"].tokens >= int(max_tokens * 0.62) - block
+        assert result.sections["memory"].tokens > int(max_tokens * 0.12)  # it took the rest
+
+
+def test_tool_results_keep_to_their_share_and_leave_the_rest():
+    small = build_context(
+        ContextRequest(
+            max_tokens=4096,
+            shares=BudgetShares(),
+            turns=_turns(1),
+            memories=_memories(300),
+            tool_results=[{"name": "t", "content": "ok"}],
+        )
+    )
+    assert small.sections["tool_results"].reason == "all_fit"
+    assert small.sections["memory"].tokens > 4096 * 0.7  # the tools' unused share went to memory
+    big = build_context(
+        ContextRequest(
+            max_tokens=4096, shares=BudgetShares(), turns=_turns(1), tool_results=[{"name": "t", "content": "x " * 9000}]
+        )
+    )
+    assert int(4096 * 0.12) - 8 <= big.sections["tool_results"].tokens <= int(4096 * 0.12)
+    assert "tool_result_truncated" in big.notes
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_invariants_hold_for_random_requests(seed):
+    """Never over the limit, exact counts, newest turn whole, contiguous history, tool pairs whole,
+    memories in rank order as far as they go."""
+    rng = random.Random(seed)
+    turns = []
+    for seq in range(1, rng.randint(1, 120)):
+        if rng.random() < 0.1 and turns and turns[-1]["role"] == "user":
+            call = {"id": f"c{seq}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            turns.append({"seq": seq, "role": "assistant", "content": "", "tool_calls": [call]})
+            turns.append({"seq": seq + 1000, "role": "tool", "tool_call_id": f"c{seq}", "content": "r " * rng.randint(1, 300)})
+        else:
+            turns.append({"seq": seq, "role": rng.choice(["user", "assistant"]), "content": "w " * rng.randint(1, 80)})
+    max_tokens = rng.choice([600, 1024, 2048, 4096, 8192])
+    request = ContextRequest(
+        max_tokens=max_tokens,
+        shares=BudgetShares(memory=rng.uniform(0, 0.3), history=rng.uniform(0, 0.6), tools=rng.uniform(0, 0.1), output=0.06),
+        summary=rng.choice([None, "summary " * rng.randint(1, 400)]),
+        turns=turns,
+        facts=[f"k{i} (fact): v{i}" for i in range(rng.randint(0, 5))],
+        memories=_memories(rng.randint(0, 120), words=rng.randint(2, 40)),
+        tool_results=[{"name": "t", "content": "x " * rng.randint(1, 500)} for _ in range(rng.randint(0, 2))],
+    )
+    try:
+        result = build_context(request)
+    except BudgetError:
+        assert count_block([turns[-1]]) > max_tokens * 0.5 or any(t["role"] == "tool" for t in turns[-3:])
+        return
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+    kept = [t for t in turns if t["seq"] in set(result.included_seqs)]
+    assert kept == turns[len(turns) - len(kept) :] and kept  # a newest suffix, never empty
+    for i, turn in enumerate(turns):
+        if turn.get("tool_calls"):
+            assert (turn in kept) == (turns[i + 1] in kept)
+    used = result.memories_used
+    assert used == list(range(len(used)))  # distinct memories: taken best first, none skipped
+
+
+def test_memory_lines_group_by_session_date_once_and_merge_an_exchange():
+    memories = [
+        MemoryItem("assistant: Yes, last Tuesday!", "2023-05-08", "s1", 5),
+        MemoryItem("user: I ran a charity race.", "2023-06-01", "s2", 3),
+        MemoryItem("user: Did you go to the support group?", "2023-05-08", "s1", 4),
+        MemoryItem("user: Did you go to the support group?", "2023-05-09", "s3", 9),  # the same words again
+        MemoryItem("user: did you go to the SUPPORT group", "2023-05-08", "s1", 12),  # near-duplicate
+        MemoryItem("user: Painting calms me.", "2023-05-08", "s1", 20),
+    ]
+    result = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), turns=_turns(1), memories=memories))
+    system = result.messages[0]["content"]
+    section = system[system.index("# Relevant memories") :]
+    assert section == (
+        "# Relevant memories from earlier conversations\n"
+        "[2023-05-08]\n"
+        "- user: Did you go to the support group?\n"
+        "  assistant: Yes, last Tuesday!\n"
+        "- user: Painting calms me.\n"
+        "[2023-06-01]\n"
+        "- user: I ran a charity race."
+    )
+    assert result.memories_used == [0, 1, 2, 5]  # rank order; the duplicates are skipped
+    assert system.count("2023-05-08") == 1
+
+
+def test_memory_lines_are_taken_in_rank_order_when_room_runs_short():
+    memories = _memories(60, words=8)
+    result = build_context(ContextRequest(max_tokens=1024, shares=BudgetShares(), turns=_turns(1), memories=memories))
+    used = result.memories_used
+    assert 5 < len(used) < 60 and used == list(range(len(used)))
+    system = result.messages[0]["content"]
+    assert all(memories[i].text in system for i in used) and memories[len(used)].text not in system

@@ -1,0 +1,66 @@
+"""How recalled memories read in a prompt: few tokens, much said. Pure: no I/O.
+
+Memories are chosen in rank order (the budget does that), but shown as a timeline: one group per
+session and date, the date written once per group, turns in their order, and neighbouring turns of
+one exchange in one bullet, so a reply ("Yes, last Tuesday!") sits under the question it answers.
+A memory that says what a chosen one already says (the same words, whatever their case,
+punctuation or spacing) is not shown twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
+_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One recalled memory as the prompt shows it."""
+
+    text: str
+    """What the line says: `role: text` for a turn, the text for anything else."""
+    day: str
+    """ISO date of the memory, or "undated"."""
+    session: str
+    seq: int
+    kind: str = "turn"
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.day, self.session)
+
+
+def duplicate_key(text: str) -> str:
+    """The text as the near-duplicate check compares it: its lowercase words, in order."""
+    return _NOT_WORD.sub(" ", text.lower()).strip()
+
+
+def group_header(day: str) -> str:
+    return f"\n[{day}]"
+
+
+def item_line(item: MemoryItem) -> str:
+    return f"\n- {item.text}"
+
+
+def render(items: Sequence[MemoryItem]) -> str:
+    """The memory section for these items (any order): groups by date, then session; turns in order."""
+    if not items:
+        return ""
+    groups: dict[tuple[str, str], list[MemoryItem]] = {}
+    for item in items:
+        groups.setdefault(item.group, []).append(item)
+    ordered = sorted(groups.values(), key=lambda members: members[0].group)
+    parts = [MEMORIES_HEADER]
+    for members in ordered:
+        parts.append(group_header(members[0].day))
+        previous: MemoryItem | None = None
+        for item in sorted(members, key=lambda m: m.seq):
+            follows = previous is not None and item.kind == previous.kind == "turn" and item.seq == previous.seq + 1
+            parts.append(f"\n  {item.text}" if follows else item_line(item))
+            previous = item
+    return "".join(parts)
