@@ -12,8 +12,10 @@ question's evidence among them, averaged.
 Evidence in the prompt: what an agent actually sees. For each question, the share of its evidence
 turns whose text (whitespace and case normalised) appears in the messages `/v1/context` returns,
 at each of `--budgets` (2,048 and 8,192 tokens), with the shipped defaults; beside it the memory
-tokens of those prompts, and the same for LoCoMo's category 5 (adversarial questions the
-conversation does not answer), where the floors should keep memory out.
+tokens and total tokens of those prompts. The floors' side: the same for questions about things the
+conversation never mentions (`bench.unrelated_queries`, written by hand, kept per file when they do
+not touch it), where the floors should keep memory out, and for LoCoMo's category 5 (adversarial
+questions about the conversation's own people and topics that it does not answer).
 
 Search runs twice per question: with the shipped defaults (both relevance floors on, as
 `/v1/context` and a plain search use them) and uncapped (`min_score: -1`, floors off). The recall
@@ -36,6 +38,7 @@ from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
 from bench.locomo_data import CATEGORIES, parse_date, session_numbers, turn_content
+from bench.unrelated_queries import unrelated_to
 
 KS = (1, 5, 10, 20)
 MODES = {"defaults": {}, "uncapped": {"min_score": -1}}
@@ -111,6 +114,7 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     context_ms: list[float] = []
     unanswerable: list[dict] = []
+    unrelated: list[dict] = []
     with httpx.Client(base_url=args.url, timeout=120, headers=headers) as client:
         for path in sorted(args.data.glob("*.json")):
             data = json.loads(path.read_text())
@@ -121,13 +125,19 @@ def main() -> None:
                 last[session] = max(last.get(session, 0), seq)
             wait_memorized(client, last)
             texts = turn_texts(data)
-            for qa in tqdm([q for q in data["qa"] if q.get("category") == UNANSWERABLE], desc=f"unanswerable {path.name}"):
-                question = qa.get("question") or qa.get("adversarial_question") or ""
-                row = {"file": path.name}
-                for budget in budgets:
-                    usage = build_context(client, user, question, budget)["usage"]
-                    row[f"memory tokens@{budget}"] = usage["sections"]["memory"]["tokens"]
-                unanswerable.append(row)
+            adversarial = [
+                q.get("question") or q.get("adversarial_question") or "" for q in data["qa"] if q.get("category") == UNANSWERABLE
+            ]
+            for rows, asked, what in (
+                (unanswerable, adversarial, "unanswerable"),
+                (unrelated, unrelated_to(list(texts.values())), "unrelated"),
+            ):
+                for question in tqdm(asked, desc=f"{what} {path.name}", unit="q"):
+                    row = {"file": path.name}
+                    for budget in budgets:
+                        usage = build_context(client, user, question, budget)["usage"]
+                        row[f"memory tokens@{budget}"] = usage["sections"]["memory"]["tokens"]
+                    rows.append(row)
             questions = [q for q in data["qa"] if q.get("category") in CATEGORIES]
             for qa in tqdm(questions, desc=f"questions {path.name}", unit="q"):
                 evidence = {e.strip() for item in qa["evidence"] for e in str(item).split(";") if e.strip()}
@@ -155,6 +165,7 @@ def main() -> None:
                     context_ms.append((time.perf_counter() - started) * 1000)
                     row[f"evidence@{budget}"] = evidence_in_prompt(built["messages"], evidence, texts)
                     row[f"memory tokens@{budget}"] = built["usage"]["sections"]["memory"]["tokens"]
+                    row[f"total tokens@{budget}"] = built["usage"]["total_tokens"]
                 per_question.append(row)
 
     def mean(rows, key):
@@ -165,16 +176,22 @@ def main() -> None:
         for budget in budgets:
             figures[f"evidence@{budget}"] = mean(rows, f"evidence@{budget}")
             figures[f"memory tokens@{budget}"] = mean(rows, f"memory tokens@{budget}")
+            figures[f"total tokens@{budget}"] = mean(rows, f"total tokens@{budget}")
         return figures
 
     figures: dict = {"questions": len(per_question), "all": recall(per_question)}
     figures["full_coverage@10"] = {mode: mean(per_question, f"{mode} full@10") for mode in MODES}
     figures["search_p50_ms"] = {mode: percentile(ms, 50) for mode, ms in search_ms.items()}
     figures["context_p50_ms"], figures["context_p95_ms"] = percentile(context_ms, 50), percentile(context_ms, 95)
-    figures["unanswerable"] = {
-        "questions": len(unanswerable),
-        **{f"memory tokens@{b}": mean(unanswerable, f"memory tokens@{b}") for b in budgets},
-    }
+    for name, rows in (("unanswerable", unanswerable), ("unrelated", unrelated)):
+        figures[name] = {
+            "questions": len(rows),
+            **{f"memory tokens@{b}": mean(rows, f"memory tokens@{b}") for b in budgets},
+            **{
+                f"share of answerable@{b}": mean(rows, f"memory tokens@{b}") / max(1e-9, figures["all"][f"memory tokens@{b}"])
+                for b in budgets
+            },
+        }
     figures["by_category"] = {CATEGORIES[c]: recall([r for r in per_question if r["category"] == c]) for c in CATEGORIES}
     figures["by_file"] = {
         f: recall([r for r in per_question if r["file"] == f]) for f in sorted({r["file"] for r in per_question})
@@ -189,13 +206,17 @@ def main() -> None:
     print(f"full coverage@10 {full['defaults']:.3f} | {full['uncapped']:.3f}; questions {figures['questions']}")
     print(f"search p50 {figures['search_p50_ms']['defaults']:.1f} | {figures['search_p50_ms']['uncapped']:.1f} ms; "
           f"context p50/p95 {figures['context_p50_ms']:.1f}/{figures['context_p95_ms']:.1f} ms")  # fmt: skip
-    print("\nevidence in the prompt of /v1/context (fresh session, shipped defaults) and its memory tokens")
-    print(f"{'':<14}" + "".join(f"{'ev@' + str(b):>10}{'mem tok@' + str(b):>14}" for b in budgets))
+    print("\nevidence in the prompt of /v1/context (fresh session, shipped defaults), its memory and total tokens")
+    print(f"{'':<14}" + "".join(f"{'ev@' + str(b):>10}{'mem tok':>9}{'total':>7}" for b in budgets))
     for name, row in {"all": figures["all"], **figures["by_category"], **figures["by_file"]}.items():
-        print(f"{name:<14}" + "".join(f"{row[f'evidence@{b}']:>10.3f}{row[f'memory tokens@{b}']:>14.0f}" for b in budgets))
-    none = figures["unanswerable"]
-    print(f"{'unanswerable':<14}" + "".join(f"{'':>10}{none[f'memory tokens@{b}']:>14.0f}" for b in budgets)
-          + f"   (category 5, {none['questions']} questions)")  # fmt: skip
+        cells = (
+            f"{row[f'evidence@{b}']:>10.3f}{row[f'memory tokens@{b}']:>9.0f}{row[f'total tokens@{b}']:>7.0f}" for b in budgets
+        )
+        print(f"{name:<14}" + "".join(cells))
+    for name, what in (("unrelated", "never mentioned, bench.unrelated_queries"), ("unanswerable", "LoCoMo category 5")):
+        none = figures[name]
+        cells = "".join(f"{none[f'share of answerable@{b}']:>9.1%}{none[f'memory tokens@{b}']:>9.0f}{'':>7}" for b in budgets)
+        print(f"{name:<15}{cells}   ({what}, {none['questions']} questions; share: of answerable memory tokens)")
     print("in-sample on the files bench.recall_tune tuned the defaults on (../shared/data/locomo); held out on others")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
