@@ -6,7 +6,8 @@ own keyword normalization, fusion and Milvus (Lite) stores: no HTTP, so a grid r
 For each held-out file, the grid point that is best on the other files is scored on the held-out
 one and compared with plain RRF (dense + BM25 over the raw turn text, k=60, equal weights, no
 context, no stemming) and with the shipped defaults. Each file is one user; all files share one
-collection, so every search runs among other users' rows.
+collection, so every search runs among other users' rows. Then the keyword coverage floor, with
+the floors on as a context uses them, left out the same way.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def ranked_dia(conv: Conversation, qi: int, variant: str, params: FusionParams, 
     where = {h.id: h for h in (*dense, *keyword)}
     fused = fuse(
         [Scored(h.id, h.score, _created(h)) for h in dense],
-        [Scored(h.id, h.score, _created(h)) for h in keyword],
+        [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword],
         params,
         query_timeframe(conv.questions[qi].text) if use_time else None,
     )
@@ -148,6 +149,40 @@ def score(convs: list[Conversation], variant: str, params: FusionParams, use_tim
         ]
         out[conv.name] = statistics.fmean(values)
     return out
+
+
+def coverage_floor_left_out(convs: list[Conversation], variant: str, shipped: FusionParams, settings: Settings) -> dict:
+    """The keyword coverage floor, floors on as a context uses them: for each held-out file, the
+    value best on the others, scored on it, per category; beside it, no coverage floor."""
+    floors = replace(shipped, min_similarity=settings.recall_min_score, min_keyword_share=settings.recall_min_keyword_share)
+    values = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+
+    def rows(conv: Conversation, value: float) -> list[tuple[int, float]]:
+        params = replace(floors, min_keyword_coverage=value)
+        questions = enumerate(conv.questions)
+        return [(q.category, recall_at(ranked_dia(conv, qi, variant, params, True), q.evidence, K)) for qi, q in questions]
+
+    per_question = {value: {conv.name: rows(conv, value) for conv in convs} for value in values}
+    names = [c.name for c in convs]
+    held_out: list[tuple[int, float]] = []
+    chosen = {}
+    for held in names:
+        others = [n for n in names if n != held]
+        best = max(values, key=lambda v: statistics.fmean(r for n in others for _, r in per_question[v][n]))
+        chosen[held] = best
+        held_out += per_question[best][held]
+
+    def by_cat(rows: list[tuple[int, float]]) -> dict[str, float]:
+        return {"all": statistics.fmean(r for _, r in rows)} | {
+            CATEGORIES[c]: statistics.fmean(r for cat, r in rows if cat == c) for c in CATEGORIES
+        }
+
+    return {
+        "chosen": chosen,
+        "held_out": by_cat(held_out),
+        "no_floor": by_cat([row for n in names for row in per_question[0.0][n]]),
+        "in_sample": {v: by_cat([row for n in names for row in per_question[v][n]])["all"] for v in values},
+    }
 
 
 def by_category(convs: list[Conversation], variant: str, params: FusionParams) -> dict[str, float]:
@@ -236,6 +271,11 @@ def main() -> None:
     )
     categories = by_category(convs, shipped_variant, shipped)
     print("shipped defaults by category: " + ", ".join(f"{k} {v:.3f}" for k, v in categories.items()))
+    coverage = coverage_floor_left_out(convs, shipped_variant, shipped, settings)
+    print(f"\nkeyword coverage floor, floors on, recall@{K}: chosen on the other files {coverage['chosen']}")
+    for name in ("held_out", "no_floor"):
+        print(f"{name:<10}" + ", ".join(f"{k} {v:.3f}" for k, v in coverage[name].items()))
+    print("in-sample by value: " + ", ".join(f"{v:g}: {r:.3f}" for v, r in coverage["in_sample"].items()))
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -248,6 +288,7 @@ def main() -> None:
                 "dense_alone": dense_alone,
                 "bm25_alone": keyword_alone,
                 "shipped_by_category": categories,
+                "coverage_floor": coverage,
             },
             indent=2,
         )
