@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
+
+DAY_MS = 86_400_000
 
 
 def now_ms() -> int:
@@ -12,6 +15,16 @@ def now_ms() -> int:
 
 def ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def iso_day(ms: int) -> str:
+    """The UTC date of an instant, ISO: memory lines carry one per memory, and memories share days."""
+    return _iso_day(ms // DAY_MS)
+
+
+@lru_cache(maxsize=8192)
+def _iso_day(day: int) -> str:
+    return ms_to_datetime(day * DAY_MS).date().isoformat()
 
 
 def datetime_to_ms(when: datetime) -> int:

@@ -9,12 +9,12 @@ punctuation or spacing) is not shown twice.
 
 from __future__ import annotations
 
-import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
-_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_PUNCTUATION_TO_SPACE = str.maketrans({c: " " for c in string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014"})
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class MemoryItem:
 
 
 def duplicate_key(text: str) -> str:
-    """The text as the near-duplicate check compares it: its lowercase words, in order."""
-    return _NOT_WORD.sub(" ", text.lower()).strip()
+    """The text as the near-duplicate check compares it: its lowercase words, in order (a translate
+    table, not a regular expression: it runs for every recalled memory of every prompt)."""
+    return " ".join(text.lower().translate(_PUNCTUATION_TO_SPACE).split())
 
 
 def group_header(day: str) -> str:

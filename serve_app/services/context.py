@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from serve_app.core.budget import ContextRequest, build_context
-from serve_app.core.clock import ms_to_datetime
+from serve_app.core.clock import iso_day
 from serve_app.core.memory_lines import MemoryItem
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.errors import SessionOwnerError
@@ -27,7 +27,7 @@ logger = logging.getLogger("ray.serve")
 
 
 def memory_item(hit: Hit) -> MemoryItem:
-    day = ms_to_datetime(hit.created_at_ms).date().isoformat() if hit.created_at_ms else "undated"
+    day = iso_day(hit.created_at_ms) if hit.created_at_ms else "undated"
     who = f"{hit.role}: " if hit.kind == "turn" else ""
     return MemoryItem(text=f"{who}{hit.text}", day=day, session=hit.session_id, seq=hit.seq, kind=hit.kind)
 
@@ -68,7 +68,9 @@ async def build_working_memory(
                 tenant,
                 req.user_id,
                 req.query,
-                top_k=top_k + 8 if top_k else 0,  # room for the session's own turns dropped below
+                # Room for the session's own turns dropped below, within the candidates each side
+                # gives anyway: more would make both searches return more than the prompt uses.
+                top_k=min(top_k + 8, max(top_k, settings.recall_candidates)) if top_k else 0,
                 settings=settings,
                 min_score=min_score,
                 observe_ms=lambda ms: deps.observers.recall_ms("context", ms),

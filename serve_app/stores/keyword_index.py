@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -196,7 +196,7 @@ class KeywordIndex:
         # The query's whole weight: terms no memory holds weigh most (df 0) and match nothing.
         first = rows[0]
         query_idf = first["present_idf"] + (len(unique) - first["present"]) * idf(0.0, first["n"])
-        return [replace(_hit(r), coverage=r["matched_idf"] / query_idf if query_idf > 0 else 0.0) for r in rows]
+        return [_hit(r, r["matched_idf"] / query_idf if query_idf > 0 else 0.0) for r in rows]
 
     async def users(self) -> list[tuple[str, str]]:
         """Every (tenant, user) with a memory."""
@@ -313,7 +313,7 @@ async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, gr
     return lengths
 
 
-def _hit(row: asyncpg.Record) -> Hit:
+def _hit(row: asyncpg.Record, coverage: float | None = None) -> Hit:
     return Hit(
         id=row["memory_id"],
         text=row["text"],
@@ -323,4 +323,5 @@ def _hit(row: asyncpg.Record) -> Hit:
         role=row["role"],
         kind=row["kind"],
         created_at_ms=int(row["created_at"]),
+        coverage=coverage,
     )

@@ -137,3 +137,10 @@ def test_pystemmer_gives_the_stems_of_snowballstemmer():
     words |= {"running", "adopted", "puppies", "generously", "happiness", "organizational", "caresses", "ponies"}
     pure = EnglishStemmer()
     assert {w: keywords._STEMMER.stemWord(w) for w in words} == {w: pure.stemWord(w) for w in words}
+
+
+def test_iso_day_is_the_utc_date_of_the_instant():
+    from serve_app.core.clock import iso_day, ms_to_datetime
+
+    for ms in (0, 1, 86_399_999, 86_400_000, 1_683_504_000_000, 4_102_444_799_999):
+        assert iso_day(ms) == ms_to_datetime(ms).date().isoformat()
