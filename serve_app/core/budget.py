@@ -287,7 +287,12 @@ def build_context(req: ContextRequest) -> ContextResult:
     # Only a summary or tool results can take what memory would claim: without them, no estimate.
     distinct = _distinct(req.memories)
     line_costs: dict[int, int] = {}
-    tools_claim = min(shares["tool_results"], sum(count_tokens(_tool_piece(i, r)) for i, r in enumerate(req.tool_results)))
+    tools_claim = 0
+    for i, result in enumerate(req.tool_results):  # counted only until the share is reached: min() below
+        if tools_claim >= shares["tool_results"]:
+            break
+        tools_claim += count_tokens(_tool_piece(i, result))
+    tools_claim = min(shares["tool_results"], tools_claim)
     memory_claim = 0
     if req.summary or req.tool_results:
         facts_estimate = sum(count_tokens(_fact_piece(i, line)) for i, line in enumerate(req.facts))
