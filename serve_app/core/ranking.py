@@ -51,15 +51,31 @@ def _rrf(rank: int, weight: float, k: float) -> float:
     return weight / (k + rank + 1)
 
 
-def fuse(
-    dense: Sequence[Scored],
-    keyword: Sequence[Scored],
-    params: FusionParams = FusionParams(),
-    timeframe: Timeframe | None = None,
-    limit: int | None = None,
-) -> list[Fused]:
-    """Both lists best first. A memory survives the floors if its similarity passes, or its keyword
-    score passes both keyword floors."""
+@dataclass(frozen=True)
+class Verdict:
+    """Why a candidate is in or out: `reason` is how it passed the floors (`similarity`, `keywords`,
+    `no_floor`) or which floor stopped it (`similarity_floor`, `keyword_coverage_floor`,
+    `keyword_share_floor`); a candidate that passed but ranked past the limit says `beyond_limit`."""
+
+    fused: Fused
+    kept: bool
+    reason: str
+    dense_rank: int | None
+    keyword_rank: int | None
+    coverage: float | None
+
+
+@dataclass
+class _Table:
+    fused: dict[str, float]
+    similarity: dict[str, float]
+    keyword_score: dict[str, float]
+    coverage: dict[str, float]
+    in_window: set[str]
+    best_keyword: float
+
+
+def _table(dense: Sequence[Scored], keyword: Sequence[Scored], params: FusionParams, timeframe: Timeframe | None) -> _Table:
     similarity = {s.id: s.score for s in dense}
     keyword_score = {s.id: s.score for s in keyword}
     coverage = {s.id: s.coverage for s in keyword if s.coverage is not None}
@@ -74,16 +90,76 @@ def fuse(
         in_window = {i for i, when in created.items() if when is not None and timeframe.contains(when)}
         for rank, item_id in enumerate(sorted(in_window, key=lambda i: -fused[i])):
             fused[item_id] += _rrf(rank, params.time_weight, params.rrf_k)
-    best_keyword = max(keyword_score.values(), default=0.0)
+    return _Table(fused, similarity, keyword_score, coverage, in_window, max(keyword_score.values(), default=0.0))
 
-    def passes(item_id: str) -> bool:
-        if params.min_similarity <= -1:  # no floor asked for
-            return True
-        if similarity.get(item_id, -2.0) >= params.min_similarity:
-            return True
-        if coverage.get(item_id, 1.0) < params.min_keyword_coverage:
-            return False
-        return best_keyword > 0 and keyword_score.get(item_id, 0.0) >= params.min_keyword_share * best_keyword
 
-    ranked = sorted((i for i in fused if passes(i)), key=lambda i: (-fused[i], i))
-    return [Fused(i, fused[i], similarity.get(i), keyword_score.get(i), i in in_window) for i in ranked[: limit or len(ranked)]]
+def _floors(table: _Table, item_id: str, params: FusionParams) -> tuple[bool, str]:
+    """(passes, reason): the similarity floor lets a memory in on meaning; otherwise both keyword
+    floors must let it in on words."""
+    if params.min_similarity <= -1:  # no floor asked for
+        return True, "no_floor"
+    if table.similarity.get(item_id, -2.0) >= params.min_similarity:
+        return True, "similarity"
+    if item_id not in table.keyword_score:
+        return False, "similarity_floor"
+    if table.coverage.get(item_id, 1.0) < params.min_keyword_coverage:
+        return False, "keyword_coverage_floor"
+    if table.best_keyword > 0 and table.keyword_score[item_id] >= params.min_keyword_share * table.best_keyword:
+        return True, "keywords"
+    return False, "keyword_share_floor"
+
+
+def _fused(table: _Table, item_id: str) -> Fused:
+    return Fused(
+        item_id,
+        table.fused[item_id],
+        table.similarity.get(item_id),
+        table.keyword_score.get(item_id),
+        item_id in table.in_window,
+    )
+
+
+def fuse(
+    dense: Sequence[Scored],
+    keyword: Sequence[Scored],
+    params: FusionParams = FusionParams(),
+    timeframe: Timeframe | None = None,
+    limit: int | None = None,
+) -> list[Fused]:
+    """Both lists best first. A memory survives the floors if its similarity passes, or its keyword
+    score passes both keyword floors."""
+    table = _table(dense, keyword, params, timeframe)
+    ranked = sorted((i for i in table.fused if _floors(table, i, params)[0]), key=lambda i: (-table.fused[i], i))
+    return [_fused(table, i) for i in ranked[: limit or len(ranked)]]
+
+
+def explain(
+    dense: Sequence[Scored],
+    keyword: Sequence[Scored],
+    params: FusionParams = FusionParams(),
+    timeframe: Timeframe | None = None,
+    limit: int | None = None,
+) -> list[Verdict]:
+    """Every candidate of `fuse`, kept or not, best fused score first, with the reason: the same
+    floors and order as `fuse`, whose result is exactly the kept ones."""
+    table = _table(dense, keyword, params, timeframe)
+    dense_rank = {s.id: r for r, s in enumerate(dense)}
+    keyword_rank = {s.id: r for r, s in enumerate(keyword)}
+    verdicts: list[Verdict] = []
+    kept = 0
+    for item_id in sorted(table.fused, key=lambda i: (-table.fused[i], i)):
+        passes, reason = _floors(table, item_id, params)
+        if passes and limit and kept >= limit:
+            passes, reason = False, "beyond_limit"
+        kept += passes
+        verdicts.append(
+            Verdict(
+                _fused(table, item_id),
+                passes,
+                reason,
+                dense_rank.get(item_id),
+                keyword_rank.get(item_id),
+                table.coverage.get(item_id),
+            )
+        )
+    return verdicts

@@ -22,12 +22,13 @@ from serve_app import schemas
 from serve_app.core.clock import datetime_to_ms, ms_to_datetime
 from serve_app.core.ids import direct_memory_id
 from serve_app.core.keywords import memory_keywords
+from serve_app.core.ranking import Verdict
 from serve_app.core.records import Hit, MemoryRow
 from serve_app.encoding import EmbedMany, Vector
 from serve_app.errors import MemoryNotFound
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.quota import check_memory_quota
-from serve_app.services.recall import recall
+from serve_app.services.recall import fusion_params, recall
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
@@ -143,7 +144,9 @@ async def delete_memory(deps: Dependencies, tenant: str, user_id: str, memory_id
     return schemas.Deleted(deleted=True, details=removed)
 
 
-async def search_memories(deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest) -> list[schemas.SearchHit]:
+async def search_memories(
+    deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest
+) -> list[schemas.SearchHit] | schemas.SearchExplained:
     found = await recall(
         deps.stores,
         deps.embed_one,
@@ -153,9 +156,43 @@ async def search_memories(deps: Dependencies, tenant: str, user_id: str, body: s
         top_k=body.top_k,
         settings=deps.settings,
         min_score=body.min_score,
-        observe_ms=lambda ms: deps.observers.recall_ms("search", ms),
+        observe_ms=deps.observe_recall("search"),
+        explained=body.explain,
     )
-    return [hit_out(h) for h in found.hits]
+    hits = [hit_out(h) for h in found.hits]
+    if not body.explain:
+        return hits
+    params = fusion_params(deps.settings, body.min_score)
+    return schemas.SearchExplained(
+        hits=hits,
+        candidates=[explained_hit(verdict, hit) for verdict, hit in found.verdicts],
+        floors=schemas.Floors(
+            min_similarity=params.min_similarity,
+            min_keyword_share=params.min_keyword_share,
+            min_keyword_coverage=params.min_keyword_coverage,
+        ),
+        degraded=found.degraded,
+    )
+
+
+def explained_hit(verdict: Verdict, hit: Hit) -> schemas.ExplainedHit:
+    fused = verdict.fused
+    return schemas.ExplainedHit(
+        id=hit.id,
+        text=hit.text,
+        score=round(fused.score, 6),
+        session_id=hit.session_id,
+        seq=hit.seq,
+        created_at=ms_to_datetime(hit.created_at_ms),
+        kept=verdict.kept,
+        reason=verdict.reason,
+        dense_similarity=None if fused.similarity is None else round(fused.similarity, 6),
+        dense_rank=verdict.dense_rank,
+        keyword_score=None if fused.keyword_score is None else round(fused.keyword_score, 6),
+        keyword_rank=verdict.keyword_rank,
+        keyword_coverage=None if verdict.coverage is None else round(verdict.coverage, 6),
+        in_timeframe=fused.in_timeframe,
+    )
 
 
 async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) -> int:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from serve_app.core.clock import ms_to_datetime
 from serve_app.core.keywords import normalize
-from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.ranking import FusionParams, Scored, Verdict, explain, fuse
 from serve_app.core.records import Hit
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
@@ -31,6 +31,8 @@ logger = logging.getLogger("ray.serve")
 class Recall:
     hits: list[Hit]
     degraded: list[str] = field(default_factory=list)
+    verdicts: list[tuple[Verdict, Hit]] = field(default_factory=list)
+    """With `explained`: every candidate with its memory, kept or not, best fused score first."""
 
 
 def fusion_params(settings: Settings, min_score: float | None = None) -> FusionParams:
@@ -56,8 +58,10 @@ async def recall(
     settings: Settings,
     min_score: float | None = None,
     observe_ms: Callable[[float], None] | None = None,
+    explained: bool = False,
 ) -> Recall:
-    """The best `top_k` memories, each scored by fusion; `observe_ms` gets the time it took."""
+    """The best `top_k` memories, each scored by fusion; `observe_ms` gets the time it took.
+    `explained` also judges every candidate (`Recall.verdicts`): the same floors, the same order."""
     if top_k <= 0 or not query.strip():
         return Recall([])
     started = time.perf_counter()
@@ -89,15 +93,17 @@ async def recall(
     def when(ms: int) -> datetime | None:  # only a query that names a time looks at the memories' dates
         return ms_to_datetime(ms) if timeframe is not None else None
 
-    fused = fuse(
-        [Scored(memory_id, similarity, when(created)) for memory_id, similarity, created in dense],
-        [Scored(h.id, h.score, when(h.created_at_ms), h.coverage) for h in keyword],
-        fusion_params(settings, min_score),
-        timeframe,
-        limit=top_k,
-    )
+    dense_scored = [Scored(memory_id, similarity, when(created)) for memory_id, similarity, created in dense]
+    keyword_scored = [Scored(h.id, h.score, when(h.created_at_ms), h.coverage) for h in keyword]
+    params = fusion_params(settings, min_score)
+    verdicts = explain(dense_scored, keyword_scored, params, timeframe, limit=top_k) if explained else []
+    if explained:
+        fused = [v.fused for v in verdicts if v.kept]
+    else:
+        fused = fuse(dense_scored, keyword_scored, params, timeframe, limit=top_k)
     details = {h.id: h for h in keyword}
-    missing = [f.id for f in fused if f.id not in details]
+    wanted = [v.fused.id for v in verdicts] if explained else [f.id for f in fused]
+    missing = [i for i in wanted if i not in details]
     details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
     if observe_ms is not None:
         observe_ms((time.perf_counter() - started) * 1000)
@@ -108,7 +114,8 @@ async def recall(
         if (hit := details.get(f.id)) is not None:
             hit.score = round(f.score, 6)
             hits.append(hit)
-    return Recall(hits, degraded)
+    judged = [(v, details[v.fused.id]) for v in verdicts if v.fused.id in details]
+    return Recall(hits, degraded, judged)
 
 
 async def _details(stores: Stores, tenant: str, user: str, ids: list[str]) -> list[Hit]:

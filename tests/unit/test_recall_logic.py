@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from serve_app.core.keywords import day_words, memory_keywords, normalize, terms
-from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.ranking import FusionParams, Scored, explain, fuse
 from serve_app.core.timeframe import Timeframe, query_timeframe
 
 
@@ -103,6 +103,31 @@ def test_coverage_floor_keeps_out_the_best_of_weak_keyword_matches():
     assert {f.id for f in fuse([Scored("one-word", 0.1)], keyword, params)} == {"most-words", "unknown"}
     assert [f.id for f in fuse([], keyword[:1], params)] == []
     assert [f.id for f in fuse([Scored("one-word", 0.4)], keyword[:1], params)] == ["one-word"]  # meaning alone suffices
+
+
+def test_explain_names_the_floor_that_dropped_each_candidate_and_keeps_what_fuse_keeps():
+    dense = [Scored("close", 0.6), Scored("far", 0.1), Scored("one-word", 0.05)]
+    keyword = [
+        Scored("words", 10.0, coverage=0.9),
+        Scored("one-word", 9.0, coverage=0.1),
+        Scored("weak-words", 1.0, coverage=0.5),
+    ]
+    params = FusionParams(min_similarity=0.25, min_keyword_share=0.3, min_keyword_coverage=0.3)
+    verdicts = {v.fused.id: v for v in explain(dense, keyword, params)}
+    assert {i: v.reason for i, v in verdicts.items()} == {
+        "close": "similarity",
+        "words": "keywords",
+        "far": "similarity_floor",
+        "one-word": "keyword_coverage_floor",
+        "weak-words": "keyword_share_floor",
+    }
+    assert verdicts["one-word"].dense_rank == 2 and verdicts["one-word"].keyword_rank == 1
+    assert verdicts["one-word"].coverage == 0.1 and verdicts["far"].keyword_rank is None
+    for limit in (None, 1):
+        kept = [v.fused for v in explain(dense, keyword, params, limit=limit) if v.kept]
+        assert kept == fuse(dense, keyword, params, limit=limit)
+    beyond = [v for v in explain(dense, keyword, params, limit=1) if v.reason == "beyond_limit"]
+    assert len(beyond) == 1 and beyond[0].fused.id in {"close", "words"}
 
 
 def test_time_boost_lifts_memories_from_the_named_window():
