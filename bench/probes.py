@@ -6,11 +6,17 @@ from __future__ import annotations
 HOSTILE_IDS = ['x" or user_id != "', "a\\b", "q'\n", "ünï", "../etc", "x" * 200, "", " "]
 
 
+def tenant_endpoints() -> list[tuple[str, str, dict | None]]:
+    """The routes that name no session or user: each answers about the caller's own tenant."""
+    return [("GET", "/v1/users", None), ("GET", "/v1/audit", None), ("GET", "/v1/stats", None)]
+
+
 def endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
     """Every API v1 route on one session and user: (method, path, JSON body)."""
     return [
         ("GET", f"/v1/sessions/{sid}", None),
         ("GET", f"/v1/sessions/{sid}/messages", None),
+        ("GET", f"/v1/sessions/{sid}/export", None),
         ("POST", f"/v1/sessions/{sid}/compress", None),
         ("POST", "/v1/context", {"user_id": user, "session_id": sid, "query": "secret"}),
         ("GET", f"/v1/users/{user}/sessions", None),
@@ -21,6 +27,7 @@ def endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
         ("GET", f"/v1/users/{user}/memories", None),
         ("POST", f"/v1/users/{user}/memories", {"text": "injected"}),
         ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "top_k": 10}),
+        ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "explain": True}),
         ("DELETE", f"/v1/users/{user}/facts/plan", None),
         ("DELETE", f"/v1/users/{user}/memories/m1", None),
         ("DELETE", f"/v1/sessions/{sid}", None),

@@ -107,6 +107,7 @@ class Ingress:
             embed_one=encoder.encode_one if encoder is not None else self.embedder.embed_one.remote,
             compact_now=self._compact_now,
             keyring=self.settings.keyring(),
+            signer=self.settings.inspector_signer(),
             poke=self._poke if self.settings.memorizer_poke else None,
             observers=IngressMetrics(),
             llm=llm_client(self.settings),

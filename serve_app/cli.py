@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -100,6 +101,9 @@ def up(
             for var in EXTERNAL_VARS:
                 _say(f"{var:<13} {os.environ.get(var, '(default)')}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # Every Ingress replica signs and checks inspector cookies with the same secret: one kept
+        # in the data dir, so a restart keeps the sessions signed in.
+        os.environ.setdefault("MEMSERVE_UI_SECRET", _ui_secret(data_dir))
         start_ray(ray_temp_dir(data_dir), metrics_port=metrics_port or None)
         # Again after ray.init, which sets its own SIGTERM handler that would skip our cleanup;
         # before the deploy, so a signal while it deploys also stops everything cleanly.
@@ -109,6 +113,7 @@ def up(
         deploy_config(serve_config)
         http = serve_config.http_options
         _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
+        _say(f"inspector http://{http.host}:{http.port}/ui")
         if metrics_port:
             _say(f"metrics   http://127.0.0.1:{metrics_port}/metrics")
         _say(f"ready in {time.monotonic() - started:.1f}s; Ctrl-C or `memserve down --data-dir {data_dir}` stops it")
@@ -123,6 +128,16 @@ def up(
         pid_file.unlink(missing_ok=True)
         (run_dir / "backends.json").unlink(missing_ok=True)
         _say("stopped")
+
+
+def _ui_secret(data_dir: Path) -> str:
+    path = data_dir / "ui_secret"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
 
 
 class _StopRequested(Exception):

@@ -69,6 +69,17 @@ class Unauthorized(ServiceError):
         return {"WWW-Authenticate": "Bearer"}
 
 
+class CsrfRejected(ServiceError):
+    status_code = 403
+
+    def __init__(self) -> None:
+        super().__init__(
+            "missing or invalid CSRF token: a write signed in through the inspector carries its session's token "
+            "(form field csrf_token or header X-CSRF-Token)",
+            code="csrf_rejected",
+        )
+
+
 class NotFound(ServiceError, LookupError):
     status_code = 404
 

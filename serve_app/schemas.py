@@ -323,6 +323,105 @@ class SearchRequest(Strict):
     min_score: float | None = Field(
         None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."
     )
+    explain: bool = Field(
+        False,
+        description="Answer with a SearchExplained: each candidate's dense, keyword and fused scores, and the ones the "
+        "floors or top_k dropped, with the reason.",
+    )
+
+
+class ExplainedHit(SearchHit):
+    """A candidate of either search, with what fusion made of it. `score` is the fused score."""
+
+    kept: bool
+    reason: Literal[
+        "similarity", "keywords", "no_floor", "similarity_floor", "keyword_coverage_floor", "keyword_share_floor", "beyond_limit"
+    ] = Field(
+        description="Kept: the floor it passed (similarity: on meaning, keywords: on words, no_floor). Dropped: the floor "
+        "that stopped it, or beyond_limit (it passed but ranked below top_k)."
+    )
+    dense_similarity: float | None = Field(description="Cosine similarity to the query; null: not among the dense candidates.")
+    dense_rank: int | None = Field(description="0-based rank among the dense candidates.")
+    keyword_score: float | None = Field(description="BM25 score; null: not among the keyword candidates.")
+    keyword_rank: int | None
+    keyword_coverage: float | None = Field(description="Share of the query's idf weight the memory matches.")
+    in_timeframe: bool = Field(description="From the time the query names (boosted).")
+
+
+class Floors(BaseModel):
+    min_similarity: float
+    min_keyword_share: float
+    min_keyword_coverage: float
+
+
+class SearchExplained(BaseModel):
+    hits: list[SearchHit] = Field(description="What the same search without explain answers.")
+    candidates: list[ExplainedHit] = Field(description="Every candidate, best fused score first, kept or not.")
+    floors: Floors
+    degraded: list[str]
+
+
+class UserSummary(BaseModel):
+    user_id: str
+    memories: int = Field(description="Long-term memories stored.")
+    facts: int = Field(description="Current facts.")
+
+
+class UsersPage(BaseModel):
+    users: list[UserSummary]
+    next_after: str | None = Field(description="Pass as `after` for the next page; null at the end.")
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str = Field(description="The API key's SHA-256 prefix (`key:<12 hex>`), or `local` with keys off.")
+    via: Literal["api", "inspector", "mcp"] = Field(
+        description="A key on an API call, the inspector's signed-in session, or an MCP tool call."
+    )
+    action: Literal["delete_memory", "close_fact", "delete_session", "forget_user"]
+    target: dict[str, str]
+    result: dict[str, int]
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry]
+    next_before: int | None = Field(description="Pass as `before` for older entries; null at the end.")
+
+
+class MemorizationStats(BaseModel):
+    sessions_pending: int = Field(description="The tenant's sessions with turns not yet embedded.")
+    oldest_pending_s: float | None = Field(description="Age of the oldest turn still waiting to be embedded.")
+    llm_sessions_due: int = Field(description="Sessions that owe the LLM work (extraction, a summary, a degraded redo).")
+
+
+class LLMStats(BaseModel):
+    mode: str
+    summary_fallbacks: int = Field(description="LLM summaries that fell back to extractive (redone later), since counting began.")
+    extraction_failures: int
+
+
+class RecallStats(BaseModel):
+    samples: int = Field(description="Recalls this ingress replica timed, the newest up to 1,000.")
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class Stats(BaseModel):
+    """Live figures of the tenant. Recall timings are those of the replica that answered; the rest is
+    shared state in Redis and PostgreSQL."""
+
+    memories: int
+    memorization: MemorizationStats
+    llm: LLMStats
+    recall: RecallStats
+
+
+class SessionExport(BaseModel):
+    session: SessionInfo
+    summary: str
+    messages: list[StoredMessage]
+    memories: list[MemoryOut]
 
 
 class Deleted(BaseModel):

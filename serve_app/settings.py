@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from serve_app.core.budget import BudgetShares
@@ -51,6 +51,13 @@ class Settings(BaseSettings):
         0, ge=0, description="Stored long-term memories per tenant; appends and memory writes past it get 429. 0 = unlimited."
     )
     quota_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant stored-memory quotas.")
+    ui_secret: SecretStr = Field(
+        SecretStr(""),
+        description="Signs the inspector's session cookies; every Ingress replica needs the same one (memserve up keeps "
+        "one in its data dir). Empty: with API keys on, the inspector refuses sign-in; with keys off, each replica "
+        "makes its own.",
+    )
+    ui_session_max_age_s: int = Field(12 * 3600, ge=60, description="How long an inspector sign-in lasts.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413 before parsing.")
     session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
 
@@ -189,6 +196,19 @@ class Settings(BaseSettings):
         if self.require_api_keys and not ring.enabled:
             raise ValueError("require_api_keys is set but no API key is configured (api_keys or api_keys_file)")
         return ring
+
+    def inspector_signer(self):
+        """The signer of inspector sessions, or None when keys are on and no shared secret is set."""
+        import secrets
+
+        from serve_app.core.inspector_auth import SessionSigner
+
+        secret = self.ui_secret.get_secret_value()
+        if not secret:
+            if self.keyring().enabled:
+                return None
+            secret = secrets.token_urlsafe(32)
+        return SessionSigner(secret, self.ui_session_max_age_s)
 
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""

@@ -206,6 +206,29 @@ class _Endpoints:
         body = m.SearchRequest(query=query, top_k=top_k, min_score=min_score)
         return Call("POST", f"/v1/users/{user_id}/memories/search", list[m.SearchHit], _body(body))
 
+    @staticmethod
+    def explain_search(user_id: str, query: str, top_k: int = 10, min_score: float | None = None) -> Call[m.SearchExplained]:
+        """The same search with every candidate's dense, keyword and fused scores, kept or dropped."""
+        body = m.SearchRequest(query=query, top_k=top_k, min_score=min_score, explain=True)
+        return Call("POST", f"/v1/users/{user_id}/memories/search", m.SearchExplained, _body(body))
+
+    @staticmethod
+    def users(after: str = "", limit: int = 50) -> Call[m.UsersPage]:
+        return Call("GET", "/v1/users", m.UsersPage, params={"after": after, "limit": limit})
+
+    @staticmethod
+    def audit(before: int | None = None, limit: int = 50) -> Call[m.AuditPage]:
+        params: dict[str, Any] = {"limit": limit} | ({"before": before} if before is not None else {})
+        return Call("GET", "/v1/audit", m.AuditPage, params=params)
+
+    @staticmethod
+    def stats() -> Call[m.Stats]:
+        return Call("GET", "/v1/stats", m.Stats)
+
+    @staticmethod
+    def export_session(session_id: str) -> Call[m.SessionExport]:
+        return Call("GET", f"/v1/sessions/{session_id}/export", m.SessionExport)
+
 
 def _headers(api_key: str | None) -> dict[str, str]:
     key = api_key if api_key is not None else os.environ.get("MEMSERVE_API_KEY")
@@ -317,6 +340,11 @@ class MemoryClient(_Retrying):
     memories = _sync(_Endpoints.memories)
     delete_memory = _sync(_Endpoints.delete_memory)
     search = _sync(_Endpoints.search)
+    explain_search = _sync(_Endpoints.explain_search)
+    users = _sync(_Endpoints.users)
+    audit = _sync(_Endpoints.audit)
+    stats = _sync(_Endpoints.stats)
+    export_session = _sync(_Endpoints.export_session)
 
 
 class AsyncMemoryClient(_Retrying):
@@ -375,3 +403,8 @@ class AsyncMemoryClient(_Retrying):
     memories = _async(_Endpoints.memories)
     delete_memory = _async(_Endpoints.delete_memory)
     search = _async(_Endpoints.search)
+    explain_search = _async(_Endpoints.explain_search)
+    users = _async(_Endpoints.users)
+    audit = _async(_Endpoints.audit)
+    stats = _async(_Endpoints.stats)
+    export_session = _async(_Endpoints.export_session)

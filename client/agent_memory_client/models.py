@@ -202,6 +202,91 @@ class SearchRequest(_Model):
     query: str
     top_k: int = 10
     min_score: float | None = None
+    explain: bool = False
+
+
+class ExplainedHit(SearchHit):
+    """A candidate of either search with what fusion made of it; `score` is the fused score."""
+
+    kept: bool
+    reason: str
+    dense_similarity: float | None
+    dense_rank: int | None
+    keyword_score: float | None
+    keyword_rank: int | None
+    keyword_coverage: float | None
+    in_timeframe: bool
+
+
+class Floors(_Model):
+    min_similarity: float
+    min_keyword_share: float
+    min_keyword_coverage: float
+
+
+class SearchExplained(_Model):
+    hits: list[SearchHit]
+    candidates: list[ExplainedHit]
+    floors: Floors
+    degraded: list[str]
+
+
+class UserSummary(_Model):
+    user_id: str
+    memories: int
+    facts: int
+
+
+class UsersPage(_Model):
+    users: list[UserSummary]
+    next_after: str | None
+
+
+class AuditEntry(_Model):
+    id: int
+    at: datetime
+    actor: str
+    via: str
+    action: str
+    target: dict[str, str]
+    result: dict[str, int]
+
+
+class AuditPage(_Model):
+    entries: list[AuditEntry]
+    next_before: int | None
+
+
+class MemorizationStats(_Model):
+    sessions_pending: int
+    oldest_pending_s: float | None
+    llm_sessions_due: int
+
+
+class LLMStats(_Model):
+    mode: str
+    summary_fallbacks: int
+    extraction_failures: int
+
+
+class RecallStats(_Model):
+    samples: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class Stats(_Model):
+    memories: int
+    memorization: MemorizationStats
+    llm: LLMStats
+    recall: RecallStats
+
+
+class SessionExport(_Model):
+    session: SessionInfo
+    summary: str
+    messages: list[StoredMessage]
+    memories: list[MemoryOut]
 
 
 class Deleted(_Model):
@@ -218,5 +303,7 @@ API_MODELS: tuple[type[BaseModel], ...] = (
     ToolFunction, ToolCall, MessageIn, AppendRequest, AppendResponse, SessionInfo, StoredMessage, MessagesPage,
     ToolResultIn, BudgetShares, ContextRequestIn, SectionUsage, ContextUsage, FactOut, SearchHit, ContextResponse,
     CompressResponse, UserSessions, FactIn, FactWrite, MemoryIn, MemoryOut, SearchRequest, Deleted, Health,
+    ExplainedHit, Floors, SearchExplained, UserSummary, UsersPage, AuditEntry, AuditPage, MemorizationStats, LLMStats,
+    RecallStats, Stats, SessionExport,
 )  # fmt: skip
 """Every model that mirrors a schema of the service's OpenAPI document, by the same name."""

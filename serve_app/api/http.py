@@ -9,12 +9,22 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.api.error_responses import error_response, install_error_handlers, openai_shaped
+from serve_app.api.inspector.router import router as inspector_router
 from serve_app.api.mcp_tools import build_mcp, mcp_routes
-from serve_app.api.routers import chat, context, health, memories, sessions, users
+from serve_app.api.routers import chat, context, health, memories, operations, sessions, users
 from serve_app.errors import PayloadTooLarge
 from serve_app.services.dependencies import Dependencies
 
-ROUTERS = (health.router, sessions.router, context.router, users.router, memories.router, chat.router)
+ROUTERS = (
+    health.router,
+    sessions.router,
+    context.router,
+    users.router,
+    memories.router,
+    chat.router,
+    operations.router,
+    inspector_router,
+)
 
 
 class BodySizeLimit:

@@ -23,6 +23,7 @@ from serve_app.core.auth import Caller
 from serve_app.core.ids import ID_PATTERN
 from serve_app.errors import ServiceError, Unauthorized
 from serve_app.services import memories, sessions, users
+from serve_app.services.audit import audited
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
 
@@ -40,7 +41,7 @@ INSTRUCTIONS = (
 def caller_of(deps: Dependencies, headers: Headers | Any) -> Caller:
     """The tenant from the API key in `Authorization: Bearer` or `X-API-Key`, as the REST API reads it."""
     if not deps.keyring.enabled:
-        return Caller(deps.settings.default_tenant, "local")
+        return Caller(deps.settings.default_tenant, "local", via="mcp")
     key = headers.get("x-api-key") if headers is not None else None
     auth = headers.get("authorization", "") if headers is not None else ""
     if not key and auth.lower().startswith("bearer "):
@@ -48,7 +49,7 @@ def caller_of(deps: Dependencies, headers: Headers | Any) -> Caller:
     found = deps.keyring.tenant_for(key)
     if found is None:
         raise Unauthorized()
-    return Caller(*found)
+    return Caller(*found, via="mcp")
 
 
 class KeyRequired:
@@ -92,7 +93,10 @@ def build_mcp(deps: Dependencies) -> MCPServer:
 
     @mcp.tool(description="Delete one long-term memory of a user.")
     async def delete_memory(user_id: IdArg, memory_id: IdArg, ctx: Context) -> schemas.Deleted:
-        return await _call(memories.delete_memory(deps, who(ctx).tenant, user_id, memory_id))
+        caller = who(ctx)
+        deleting = memories.delete_memory(deps, caller.tenant, user_id, memory_id)
+        target = {"user_id": user_id, "memory_id": memory_id}
+        return await _call(audited(deps, caller, "delete_memory", target, deleting))
 
     @mcp.tool(description="The prompt for the next model call: facts, recalled memories, summary and recent turns, in budget.")
     async def get_context(context: schemas.ContextRequestIn, ctx: Context) -> schemas.ContextResponse:

@@ -22,6 +22,14 @@ class Caller:
 
     tenant: str
     key_digest: str
+    via: str = "api"
+    """`api`: a key on the request; `inspector`: the inspector's signed-in session cookie."""
+
+    @property
+    def actor(self) -> str:
+        """Who, for the audit log: a prefix of the key's SHA-256 (enough to tell keys apart, useless
+        to anyone without the key), or `local` with keys off."""
+        return f"key:{self.key_digest[:12]}" if len(self.key_digest) == 64 else self.key_digest
 
 
 def hash_key(key: str) -> str:
@@ -73,6 +81,13 @@ class KeyRing:
         for known, tenant in self._tenants.items():
             if hmac.compare_digest(known, digest):
                 return tenant, digest
+        return None
+
+    def tenant_of_digest(self, digest: str) -> str | None:
+        """The tenant of a key known by its digest: a signed-in session ends when its key is removed."""
+        for known, tenant in self._tenants.items():
+            if hmac.compare_digest(known, digest):
+                return tenant
         return None
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from serve_app.core.auth import KeyRing
+from serve_app.core.inspector_auth import SessionSigner
+from serve_app.core.timings import RecentTimings
 from serve_app.encoding import EmbedOne
 from serve_app.llm.client import OpenAIChatClient
 from serve_app.settings import Settings
@@ -64,3 +66,14 @@ class Dependencies:
     observers: Observers = field(default_factory=NoObservers)
     llm: OpenAIChatClient | None = None
     """The LLM of /v1/chat/completions (None when llm_mode is none)."""
+    signer: SessionSigner | None = None
+    """Signs inspector sessions (None: sign-in is off, see Settings.ui_secret)."""
+    recall_timings: RecentTimings = field(default_factory=RecentTimings)
+    """This replica's newest recall times, for /v1/stats."""
+
+    def observe_recall(self, path: str) -> Callable[[float], None]:
+        def observe(ms: float) -> None:
+            self.observers.recall_ms(path, ms)
+            self.recall_timings.add(ms)
+
+        return observe

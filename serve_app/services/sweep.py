@@ -123,6 +123,7 @@ class MemorizerSweep:
                     break
                 lag = max(0.0, time.time() - since_ms / 1000) if since_ms is not None and report.cursor >= 0 else None
                 self.observers.memorized(report, lag)
+                await self._count_llm_trouble(key[0], report)
                 self.unflushed = self.unflushed or report.embedded > 0
                 if key not in self.again:
                     break
@@ -163,6 +164,7 @@ class MemorizerSweep:
             if report.skipped:  # another worker holds the lane and records its own pass
                 return report
             self.observers.memorized(report, None)
+            await self._count_llm_trouble(key[0], report)
             ok = not report.llm_trouble
         except Exception:
             self.observers.failed()
@@ -178,7 +180,22 @@ class MemorizerSweep:
         """Compact now (the API's /compress), with the configured summarizer."""
         outcome = await self.logic.compact(tenant, session, force=True, on_conflict=self.observers.conflict)
         self.observers.compacted(outcome)
+        await self._count_llm_trouble(tenant, MemorizeReport(compaction=outcome))
         return outcome.public()
+
+    async def _count_llm_trouble(self, tenant: str, report: MemorizeReport) -> None:
+        """The tenant's LLM fallbacks, for /v1/stats (Prometheus has them per replica, not per tenant)."""
+        summary = report.compaction.summary if report.compaction is not None else None
+        try:
+            await self.stores.log.count(
+                tenant,
+                {
+                    "summary_fallbacks": int(summary is not None and summary.mode == "fallback"),
+                    "extraction_failures": int(report.extraction_failed),
+                },
+            )
+        except Exception as exc:  # a figure, never a reason to fail the pass
+            logger.warning("could not count LLM trouble of %s: %r", tenant, exc)
 
     async def sweep(self) -> None:
         """One pass: start the sessions of both lanes that are due, flush, repair after a Milvus restart."""

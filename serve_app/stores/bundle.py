@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import dataclass
 
 from serve_app.settings import Settings
+from serve_app.stores.audit import AuditLog
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.rate_limit import RateLimiter
@@ -26,6 +27,7 @@ class Stores:
     vectors: VectorStore
     keywords: KeywordIndex
     rate_limits: RateLimiter
+    audit: AuditLog
 
     @classmethod
     async def connect(cls, settings: Settings) -> Stores:
@@ -50,7 +52,14 @@ class Stores:
         # Every replica that finds the collection released (Milvus restarted) counts it in Redis: the
         # memorizer repairs the vectors a restarted Milvus Lite lost (services/memories.repair_vectors).
         vectors.on_reload = lambda: log.redis.incr(MILVUS_RELOADS_KEY)
-        return cls(log=log, facts=facts, vectors=vectors, keywords=KeywordIndex(facts.pool), rate_limits=RateLimiter(log.redis))
+        return cls(
+            log=log,
+            facts=facts,
+            vectors=vectors,
+            keywords=KeywordIndex(facts.pool),
+            rate_limits=RateLimiter(log.redis),
+            audit=AuditLog(facts.pool),
+        )
 
     async def milvus_reloads(self) -> int:
         return int(await self.log.redis.get(MILVUS_RELOADS_KEY) or 0)

@@ -203,6 +203,54 @@ class KeywordIndex:
         rows = await self.pool.fetch("SELECT DISTINCT tenant_id, user_id FROM memory_keywords ORDER BY 1, 2")
         return [(r["tenant_id"], r["user_id"]) for r in rows]
 
+    async def list_users(self, tenant: str, *, after: str, limit: int) -> list[tuple[str, int, int]]:
+        """The tenant's users with a memory or a current fact, by id after `after`: (user, memories,
+        current facts). A loose index scan (one index probe per user) over each table, so a page
+        costs its users, not the tenant's rows."""
+        rows = await self.pool.fetch(
+            """
+            WITH RECURSIVE mem(u, n) AS (
+                (SELECT user_id, 1 FROM memory_keywords WHERE tenant_id = $1 AND user_id > $2 ORDER BY user_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT user_id FROM memory_keywords WHERE tenant_id = $1 AND user_id > mem.u ORDER BY user_id LIMIT 1),
+                       mem.n + 1
+                FROM mem WHERE mem.u IS NOT NULL AND mem.n < $3
+            ),
+            fct(u, n) AS (
+                (SELECT user_id, 1 FROM facts WHERE tenant_id = $1 AND user_id > $2 AND valid_to IS NULL
+                 ORDER BY user_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT user_id FROM facts WHERE tenant_id = $1 AND user_id > fct.u AND valid_to IS NULL
+                        ORDER BY user_id LIMIT 1),
+                       fct.n + 1
+                FROM fct WHERE fct.u IS NOT NULL AND fct.n < $3
+            ),
+            page AS (
+                SELECT u FROM (SELECT u FROM mem UNION SELECT u FROM fct) both_sides WHERE u IS NOT NULL ORDER BY u LIMIT $3
+            )
+            SELECT page.u AS user_id,
+                   (SELECT count(*) FROM memory_keywords k WHERE k.tenant_id = $1 AND k.user_id = page.u) AS memories,
+                   (SELECT count(*) FROM facts f WHERE f.tenant_id = $1 AND f.user_id = page.u AND f.valid_to IS NULL) AS facts
+            FROM page ORDER BY page.u
+            """,
+            tenant,
+            after,
+            limit,
+        )
+        return [(r["user_id"], int(r["memories"]), int(r["facts"])) for r in rows]
+
+    async def session_memories(self, tenant: str, user: str, session: str, *, limit: int) -> list[Hit]:
+        """The user's memories made from one session (score 0), in the session's order."""
+        rows = await self.pool.fetch(
+            "SELECT memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score FROM memory_keywords"
+            " WHERE tenant_id = $1 AND session_id = $2 AND user_id = $3 ORDER BY seq, memory_id LIMIT $4",
+            tenant,
+            session,
+            user,
+            limit,
+        )
+        return [_hit(r) for r in rows]
+
     async def memory_ids(self, tenant: str, user: str) -> list[str]:
         rows = await self.pool.fetch(
             "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 ORDER BY memory_id", tenant, user

@@ -76,6 +76,25 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX memory_keywords_analysis ON memory_keywords (analysis);
         """,
     ),
+    (
+        5,
+        """
+        -- Who deleted what, and when: every destructive call of the API (and so of the inspector).
+        CREATE TABLE audit_log (
+            id          BIGSERIAL PRIMARY KEY,
+            tenant_id   TEXT NOT NULL,
+            at          TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+            actor       TEXT NOT NULL,
+            via         TEXT NOT NULL,
+            action      TEXT NOT NULL,
+            target      JSONB NOT NULL,
+            result      JSONB NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_log_tenant ON audit_log (tenant_id, id DESC);
+        -- The users listing walks current facts by user.
+        CREATE INDEX facts_current_users ON facts (tenant_id, user_id) WHERE valid_to IS NULL;
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

@@ -289,6 +289,34 @@ class SessionLog:
             embedding, llm = await pipe.execute()
         return int(embedding), int(llm)
 
+    async def tenant_lanes(self, tenant: str, scan: int = 10_000) -> tuple[int, int | None, int]:
+        """The tenant's sessions in the embedding lane, the oldest one's first unmemorized append (ms),
+        and its sessions in the LLM lane; each lane read up to `scan` members (all tenants share it)."""
+        prefix = f"{tenant}/"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(PENDING_KEY, 0, scan - 1, withscores=True)
+            pipe.zrange(LLM_PENDING_KEY, 0, scan - 1)
+            embedding, llm = await pipe.execute()
+        mine = [int(score) for member, score in embedding if member.startswith(prefix)]
+        return len(mine), min(mine, default=None), sum(1 for member in llm if member.startswith(prefix))
+
+    @staticmethod
+    def stats_key(tenant: str) -> str:
+        return f"ms:{{{tenant}}}:stats"
+
+    async def count(self, tenant: str, counts: dict[str, int]) -> None:
+        """Add to the tenant's shared counters (what every memorizer replica saw)."""
+        counts = {name: n for name, n in counts.items() if n}
+        if not counts:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, n in counts.items():
+                pipe.hincrby(self.stats_key(tenant), name, n)
+            await pipe.execute()
+
+    async def counters(self, tenant: str) -> dict[str, int]:
+        return {name: int(n) for name, n in (await self.redis.hgetall(self.stats_key(tenant))).items()}
+
     async def llm_pending(self, limit: int = 100) -> list[tuple[str, str]]:
         """Every session of the LLM lane, due or backing off."""
         members = await self.redis.zrange(LLM_PENDING_KEY, 0, limit - 1)

@@ -21,6 +21,8 @@ KEY_SMALL = "key-small-0123456789"  # tenant "tenant-small": a quota of 3 stored
 # sharing tenant-small would leave test_tenants' quota test no room for its own writes.
 KEY_TINY = "key-tiny-0123456789"
 KEY_RETRY = "key-retry-0123456789"  # tenant "tenant-retry": 60 messages a minute, so a 429 asks for ~1 s
+KEY_INSPECT = "key-inspect-0123456789"  # tenant "inspector": the inspector's tests, whose audit log is theirs alone
+UI_SECRET = "test-ui-secret-0123456789abcdef"
 KEY_FUZZ = "key-fuzz-0123456789"  # tenant "fuzz": the Schemathesis run, whose random DELETEs must not touch other tests' data
 # Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
 TEST_ARGS = {
@@ -34,7 +36,9 @@ TEST_ARGS = {
         hash_key(KEY_SMALL): "tenant-small",
         hash_key(KEY_TINY): "tenant-tiny",
         hash_key(KEY_RETRY): "tenant-retry",
+        hash_key(KEY_INSPECT): "inspector",
     },
+    "ui_secret": UI_SECRET,
     "rate_limit_overrides": {"tenant-slow": 5, "tenant-retry": 60},
     "quota_overrides": {"tenant-small": 3, "tenant-tiny": 3},
 }

@@ -57,6 +57,12 @@ def test_a_conversation_through_the_sync_client(service_url):
         added = memory.add_memory(user, "Prefers invoices in EUR.")
         assert added.id in {m.id for m in memory.memories(user)}
         assert memory.delete_memory(user, added.id).deleted
+        explained = memory.explain_search(user, "what is the cat afraid of?", top_k=3)
+        assert [h.id for h in explained.hits] == [c.id for c in explained.candidates if c.kept][:3]
+        assert any(u.user_id == user for u in memory.users(after=user[:-1], limit=500).users)
+        assert memory.audit(limit=1).entries[0].target == {"user_id": user, "memory_id": added.id}
+        assert memory.stats().recall.samples >= 1
+        assert [m.seq for m in memory.export_session(session).messages] == [1, 2]
         with pytest.raises(NotFound) as missing:
             memory.delete_memory(user, added.id)
         assert missing.value.status_code == 404 and missing.value.detail == "memory not found"

@@ -12,6 +12,7 @@ import pytest
 
 from bench.probes import HOSTILE_IDS as HOSTILE
 from bench.probes import endpoints as _endpoints
+from bench.probes import tenant_endpoints
 
 from .conftest import KEY_B, KEY_SLOW, KEY_SMALL, wait_memorized
 
@@ -33,7 +34,7 @@ def anonymous(service_url):
 
 
 def test_every_endpoint_needs_a_valid_key(anonymous, service_url):
-    for method, path, body in _endpoints("s1", "u1"):
+    for method, path, body in [*_endpoints("s1", "u1"), *tenant_endpoints()]:
         r = anonymous.request(method, path, json=body)
         assert r.status_code == 401, (method, path, r.status_code)
         assert r.json()["detail"] and r.headers["www-authenticate"] == "Bearer"
@@ -52,7 +53,7 @@ def test_another_tenant_can_neither_read_nor_change_anything(client, tenant_b):
     before_log = client.get(f"/v1/sessions/{sid}/messages").json()["messages"]
 
     successes = []
-    for method, path, body in _endpoints(sid, user):
+    for method, path, body in [*_endpoints(sid, user), *tenant_endpoints()]:
         r = tenant_b.request(method, path, json=body)
         assert r.status_code < 500, (method, path, r.text)
         text = r.text

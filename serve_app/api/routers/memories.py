@@ -8,6 +8,7 @@ from serve_app import schemas
 from serve_app.api.params import MemoryId, UserId
 from serve_app.api.state import Deps, Who
 from serve_app.services import memories
+from serve_app.services.audit import audited
 
 router = APIRouter(tags=["memories"])
 
@@ -30,13 +31,18 @@ async def list_memories(
 
 @router.delete("/v1/users/{user_id}/memories/{memory_id}", response_model=schemas.Deleted, summary="Delete a memory")
 async def delete_memory(deps: Deps, who: Who, user_id: str = UserId, memory_id: str = MemoryId) -> schemas.Deleted:
-    return await memories.delete_memory(deps, who.tenant, user_id, memory_id)
+    deleting = memories.delete_memory(deps, who.tenant, user_id, memory_id)
+    return await audited(deps, who, "delete_memory", {"user_id": user_id, "memory_id": memory_id}, deleting)
 
 
 @router.post(
     "/v1/users/{user_id}/memories/search",
-    response_model=list[schemas.SearchHit],
+    response_model=list[schemas.SearchHit] | schemas.SearchExplained,
     summary="Hybrid search (dense + BM25 keywords, rank-fused)",
 )
-async def search(body: schemas.SearchRequest, deps: Deps, who: Who, user_id: str = UserId) -> list[schemas.SearchHit]:
+async def search(
+    body: schemas.SearchRequest, deps: Deps, who: Who, user_id: str = UserId
+) -> list[schemas.SearchHit] | schemas.SearchExplained:
+    """The hits best first; with `explain`, a SearchExplained: every candidate's scores and why the
+    floors kept or dropped it."""
     return await memories.search_memories(deps, who.tenant, user_id, body)

@@ -7,7 +7,8 @@ from fastapi import APIRouter, Query
 from serve_app import schemas
 from serve_app.api.params import SessionId
 from serve_app.api.state import Deps, Who
-from serve_app.services import sessions
+from serve_app.services import inspection, sessions
+from serve_app.services.audit import audited
 
 router = APIRouter(tags=["sessions"])
 
@@ -35,7 +36,14 @@ async def messages(
 
 @router.delete("/v1/sessions/{session_id}", response_model=schemas.Deleted, summary="Delete a session and its vectors")
 async def delete_session(deps: Deps, who: Who, session_id: str = SessionId) -> schemas.Deleted:
-    return await sessions.delete_session(deps, who.tenant, session_id)
+    deleting = sessions.delete_session(deps, who.tenant, session_id)
+    return await audited(deps, who, "delete_session", {"session_id": session_id}, deleting)
+
+
+@router.get("/v1/sessions/{session_id}/export", response_model=schemas.SessionExport, summary="The session whole, as JSON")
+async def export(deps: Deps, who: Who, session_id: str = SessionId) -> schemas.SessionExport:
+    """Its state, summary checkpoint, every message and the memories made from it."""
+    return await inspection.export_session(deps, who.tenant, session_id)
 
 
 @router.post("/v1/sessions/{session_id}/compress", response_model=schemas.CompressResponse, summary="Compact now")

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from serve_app import schemas
 from serve_app.api.params import FactKey, UserId
 from serve_app.api.state import Deps, Who
-from serve_app.services import sessions, users
+from serve_app.services import inspection, sessions, users
+from serve_app.services.audit import audited
 
 router = APIRouter(tags=["users and facts"])
+
+
+@router.get("/v1/users", response_model=schemas.UsersPage, summary="The tenant's users, by id")
+async def list_users(
+    deps: Deps,
+    who: Who,
+    after: str = Query("", max_length=128, description="Return users whose id sorts after this (a page's next_after)."),
+    limit: int = Query(50, ge=1, le=500),
+) -> schemas.UsersPage:
+    """Users with a long-term memory or a current fact, with their counts."""
+    return await inspection.list_users(deps, who.tenant, after=after, limit=limit)
 
 
 @router.get("/v1/users/{user_id}/sessions", response_model=schemas.UserSessions, summary="A user's live sessions")
@@ -21,7 +33,7 @@ async def user_sessions(deps: Deps, who: Who, user_id: str = UserId) -> schemas.
 async def forget(deps: Deps, who: Who, user_id: str = UserId) -> schemas.Deleted:
     """Sessions, vectors and facts (with their history) of the user, in every store; a tombstone
     stops a memorizer that is still working on the user from writing anything back."""
-    return await users.forget(deps, who.tenant, user_id)
+    return await audited(deps, who, "forget_user", {"user_id": user_id}, users.forget(deps, who.tenant, user_id))
 
 
 @router.get("/v1/users/{user_id}/facts", response_model=list[schemas.FactOut], summary="Current facts")
@@ -41,7 +53,8 @@ async def put_fact(body: schemas.FactIn, deps: Deps, who: Who, user_id: str = Us
 
 @router.delete("/v1/users/{user_id}/facts/{key}", response_model=schemas.Deleted, summary="Close a fact")
 async def delete_fact(deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> schemas.Deleted:
-    return await users.close_fact(deps, who.tenant, user_id, key)
+    closing = users.close_fact(deps, who.tenant, user_id, key)
+    return await audited(deps, who, "close_fact", {"user_id": user_id, "key": key}, closing)
 
 
 @router.get("/v1/users/{user_id}/facts/{key}/history", response_model=list[schemas.FactOut], summary="Every version")

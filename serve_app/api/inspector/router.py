@@ -1,0 +1,326 @@
+"""The inspector's pages: Jinja2 templates rendered from public API calls (`api_client`).
+
+Reading works with JavaScript blocked; every action is a form: a confirmation page first, then a
+POST that carries the session's CSRF token, which the API checks again. Sign-in exchanges the API
+key for the signed cookie once; the key is never put in a URL, a page or browser storage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from serve_app.api.inspector.api_client import ApiError, InspectorApi
+from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, omitted_seqs
+from serve_app.core.inspector_auth import COOKIE, CSRF_FIELD, InspectorSession
+from serve_app.services.dependencies import Dependencies
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+ASSETS = {"inspector.css": "text/css", "inspector.js": "text/javascript"}
+LOG_PAGE = 50
+MEMORY_PAGE = 50
+
+# The pages hold memories: never cached, never framed, no script but our own.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # Inline style attributes only for the budget bar's widths; scripts come from our own file alone.
+    "Content-Security-Policy": (
+        "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+}
+
+
+class _SignIn(Exception):
+    """The page needs a signed-in session."""
+
+
+def _deps(request: Request) -> Dependencies:
+    return request.app.state.dependencies
+
+
+def _session(request: Request) -> tuple[InspectorSession, str, bool]:
+    """(session, cookie, new): the signed-in session; with keys off, an anonymous one made on first
+    visit (its nonce is what the CSRF token of the forms is made from)."""
+    deps = _deps(request)
+    if deps.signer is None:
+        raise ApiError(503, "the inspector needs ui_secret (MEMSERVE_UI_SECRET) set to the same secret on every replica")
+    cookie = request.cookies.get(COOKIE, "")
+    session = deps.signer.read(cookie)
+    if session is not None:
+        return session, cookie, False
+    if deps.keyring.enabled:
+        raise _SignIn()
+    cookie = deps.signer.issue(deps.settings.default_tenant, "local")
+    return deps.signer.read(cookie), cookie, True  # type: ignore[return-value]
+
+
+def _set_cookie(request: Request, response: Response, cookie: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=_deps(request).settings.ui_session_max_age_s,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def _render(request: Request, name: str, context: dict[str, Any], *, status: int = 200, cookie: str | None = None) -> Response:
+    response = templates.TemplateResponse(request, name, context, status_code=status, headers=SECURITY_HEADERS)
+    if cookie:
+        _set_cookie(request, response, cookie)
+    return response
+
+
+def _login_redirect(request: Request) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/login?{urlencode({'next': target})}", status_code=303)
+
+
+async def _page(request: Request, name: str, build) -> Response:
+    """Render `name` with what `build(api)` returns; API errors become an error page (401: sign in)."""
+    try:
+        session, cookie, new = _session(request)
+    except _SignIn:
+        return _login_redirect(request)
+    except ApiError as exc:
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    deps = _deps(request)
+    csrf = deps.signer.csrf_token(session)  # type: ignore[union-attr]
+    try:
+        async with InspectorApi(request.app, cookie, csrf) as api:
+            context = await build(api)
+    except ApiError as exc:
+        if exc.status == 401 and deps.keyring.enabled:
+            return _login_redirect(request)
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    context |= {"csrf_token": csrf, "csrf_field": CSRF_FIELD, "tenant": session.tenant, "signed_in": deps.keyring.enabled}
+    return _render(request, name, context, cookie=cookie if new else None)
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+# Sign-in
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str = Query("/ui", max_length=2048)) -> Response:
+    return _render(request, "login.html", {"next": _safe_next(next), "error": None})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request, api_key: str = Form(..., max_length=512), next: str = Form("/ui", max_length=2048)) -> Response:
+    deps = _deps(request)
+    if deps.signer is None:
+        return _render(request, "error.html", {"status": 503, "detail": "sign-in is off: set ui_secret"}, status=503)
+    found = deps.keyring.tenant_for(api_key) if deps.keyring.enabled else (deps.settings.default_tenant, "local")
+    if found is None:
+        return _render(request, "login.html", {"next": _safe_next(next), "error": "That API key is not valid."}, status=401)
+    response = RedirectResponse(_safe_next(next), status_code=303)
+    _set_cookie(request, response, deps.signer.issue(*found))
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+def _safe_next(target: str) -> str:
+    """Only a path of the inspector: a sign-in link cannot send the browser elsewhere."""
+    return target if target.startswith("/ui") and "//" not in target and "\\" not in target else "/ui"
+
+
+# Reading
+
+
+@router.get("", response_class=HTMLResponse)
+async def home(request: Request, after: str = Query("", max_length=128)) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        return {"users": await api.get("/v1/users", after=after or None, limit=50), "stats": await api.get("/v1/stats")}
+
+    return await _page(request, "home.html", build)
+
+
+@router.get("/users/{user_id}", response_class=HTMLResponse)
+async def user(request: Request, user_id: str, offset: int = Query(0, ge=0, le=16384)) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        base = f"/v1/users/{_q(user_id)}"
+        return {
+            "user_id": user_id,
+            "sessions": (await api.get(f"{base}/sessions"))["sessions"],
+            "facts": await api.get(f"{base}/facts"),
+            "memories": await api.get(f"{base}/memories", limit=MEMORY_PAGE, offset=offset),
+            "offset": offset,
+            "page": MEMORY_PAGE,
+        }
+
+    return await _page(request, "user.html", build)
+
+
+@router.get("/users/{user_id}/search", response_class=HTMLResponse)
+async def search(
+    request: Request, user_id: str, query: str = Query("", max_length=8192), top_k: int = Query(10, ge=1, le=100)
+) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        explained = None
+        if query.strip():
+            body = {"query": query, "top_k": top_k, "explain": True}
+            explained = await api.post(f"/v1/users/{_q(user_id)}/memories/search", body)
+        return {"user_id": user_id, "query": query, "top_k": top_k, "explained": explained}
+
+    return await _page(request, "search.html", build)
+
+
+@router.get("/users/{user_id}/facts/{key}", response_class=HTMLResponse)
+async def fact(request: Request, user_id: str, key: str) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        history = await api.get(f"/v1/users/{_q(user_id)}/facts/{_q(key)}/history")
+        return {"user_id": user_id, "key": key, "history": sorted(history, key=lambda f: f["valid_from"], reverse=True)}
+
+    return await _page(request, "fact.html", build)
+
+
+@router.get("/sessions/{session_id}", response_class=HTMLResponse)
+async def session(request: Request, session_id: str, after: int = Query(0, ge=0, le=2**53)) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        base = f"/v1/sessions/{_q(session_id)}"
+        info = await api.get(base)
+        page = await api.get(f"{base}/messages", after=after, limit=LOG_PAGE)
+        return {
+            "info": info,
+            "page": page,
+            "rows": log_rows(page["messages"], info),
+            "after": after,
+            "previous": max(0, after - LOG_PAGE) if after else None,
+            "max_tokens": _deps(request).settings.default_max_tokens,
+        }
+
+    return await _page(request, "session.html", build)
+
+
+@router.get("/sessions/{session_id}/prompt", response_class=HTMLResponse)
+async def next_prompt(
+    request: Request,
+    session_id: str,
+    query: str = Query("", max_length=8192),
+    max_tokens: int = Query(8192, ge=256, le=1_048_576),
+    system_prompt: str = Query("", max_length=65536),
+) -> Response:
+    settings = _deps(request).settings
+
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        info = await api.get(f"/v1/sessions/{_q(session_id)}")
+        body: dict[str, Any] = {"user_id": info["user_id"], "session_id": session_id, "query": query, "max_tokens": max_tokens}
+        if system_prompt:
+            body["system_prompt"] = system_prompt
+        context = await api.post("/v1/context", body)
+        explained = None
+        if query.strip() and settings.recall_top_k:
+            search_body = {"query": query, "top_k": min(100, settings.recall_top_k), "explain": True}
+            explained = await api.post(f"/v1/users/{_q(info['user_id'])}/memories/search", search_body)
+        unsummarized = await api.get(f"/v1/sessions/{_q(session_id)}/messages", after=info["covers_upto_seq"], limit=1000)
+        return {
+            "info": info,
+            "query": query,
+            "max_tokens": max_tokens,
+            "system_prompt": system_prompt,
+            "context": context,
+            "bar": budget_bar(context["usage"]),
+            "omitted": omitted_seqs(unsummarized["messages"], context["included_seqs"]),
+            "explained": explained,
+            "in_prompt": {hit["id"] for hit in context["recalled"]},
+        }
+
+    return await _page(request, "prompt.html", build)
+
+
+@router.get("/sessions/{session_id}/export")
+async def export(request: Request, session_id: str) -> Response:
+    """The API's export as a file download."""
+    try:
+        session, cookie, _ = _session(request)
+    except _SignIn:
+        return _login_redirect(request)
+    except ApiError as exc:
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    try:
+        async with InspectorApi(request.app, cookie, _deps(request).signer.csrf_token(session)) as api:  # type: ignore[union-attr]
+            data = await api.get(f"/v1/sessions/{_q(session_id)}/export")
+    except ApiError as exc:
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    headers = {**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="session-{session_id}.json"'}
+    return JSONResponse(data, headers=headers)
+
+
+@router.get("/static/{name}")
+async def asset(name: str) -> Response:
+    if name not in ASSETS:
+        return Response(status_code=404)
+    return FileResponse(HERE / "static" / name, media_type=ASSETS[name], headers={"Cache-Control": "max-age=300"})
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit(
+    request: Request, before: int | None = Query(None, ge=1, le=2**62), done: str = Query("", max_length=64)
+) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        return {"audit": await api.get("/v1/audit", before=before, limit=50), "done": done if done in ACTIONS else ""}
+
+    return await _page(request, "audit.html", build)
+
+
+# Actions: confirm, then POST with the CSRF token
+
+
+@router.get("/confirm/{action}", response_class=HTMLResponse)
+async def confirm(request: Request, action: str) -> Response:
+    if action not in ACTIONS:
+        return _render(request, "error.html", {"status": 404, "detail": f"no action {action!r}"}, status=404)
+    fields = {name: request.query_params.get(name, "") for name in ACTIONS[action].fields}
+
+    async def build(_: InspectorApi) -> dict[str, Any]:
+        return {"action": action, "spec": ACTIONS[action], "fields": fields}
+
+    return await _page(request, "confirm.html", build)
+
+
+@router.post("/actions/{action}")
+async def act(request: Request, action: str) -> Response:
+    deps = _deps(request)
+    if action not in ACTIONS:
+        return _render(request, "error.html", {"status": 404, "detail": f"no action {action!r}"}, status=404)
+    try:
+        session, cookie, _ = _session(request)
+    except _SignIn:
+        return _render(request, "error.html", {"status": 401, "detail": "sign in first"}, status=401)
+    except ApiError as exc:
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    form = await request.form()
+    token = str(form.get(CSRF_FIELD, ""))
+    if not deps.signer.csrf_ok(session, token):  # type: ignore[union-attr]
+        detail = "missing or invalid CSRF token: open the page again and confirm from it"
+        return _render(request, "error.html", {"status": 403, "detail": detail}, status=403)
+    spec = ACTIONS[action]
+    fields = {name: str(form.get(name, "")) for name in spec.fields}
+    try:
+        async with InspectorApi(request.app, cookie, token) as api:
+            await api.delete(spec.path.format(**{k: _q(v) for k, v in fields.items()}))
+    except ApiError as exc:
+        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+    return RedirectResponse(f"/ui/audit?{urlencode({'done': action})}", status_code=303)

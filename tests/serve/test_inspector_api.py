@@ -1,0 +1,149 @@
+"""What the inspector needs, as public API first: users listing, search with explain, the audit log,
+live figures, session export, and the inspector's cookie with its CSRF token on the API itself."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from serve_app.core.inspector_auth import COOKIE, CSRF_HEADER
+
+from .conftest import KEY_B, KEY_INSPECT, wait_memorized
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def inspector(service_url):
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_INSPECT}) as c:
+        yield c
+
+
+def _signed_in(service_url: str) -> tuple[str, str]:
+    """(cookie, csrf token) of a sign-in through the inspector's form, as a browser gets them."""
+    with httpx.Client(base_url=service_url, timeout=60) as browser:
+        r = browser.post("/ui/login", data={"api_key": KEY_INSPECT, "next": "/ui/audit"})
+        assert r.status_code == 303 and r.headers["location"] == "/ui/audit"
+        assert "httponly" in r.headers["set-cookie"].lower() and "samesite=strict" in r.headers["set-cookie"].lower()
+        cookie = browser.cookies[COOKIE]
+        assert KEY_INSPECT not in cookie and KEY_INSPECT not in r.headers["location"]
+        page = browser.get("/ui/confirm/delete_session", params={"session_id": "x"})
+        token = page.text.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        return cookie, token
+
+
+def test_users_are_listed_by_id_a_page_at_a_time_with_their_counts(inspector, service_url):
+    prefix = _id("lu")
+    users = [f"{prefix}-{i}" for i in range(5)]
+    for user in users[:3]:
+        inspector.post(f"/v1/users/{user}/memories", json={"text": f"{user} likes green tea"}).raise_for_status()
+    for user in users[2:]:
+        inspector.put(f"/v1/users/{user}/facts/drink", json={"value": "tea"}).raise_for_status()
+    seen, after = [], prefix
+    while True:
+        page = inspector.get("/v1/users", params={"after": after, "limit": 2}).json()
+        seen += [u for u in page["users"] if u["user_id"].startswith(prefix)]
+        assert len(page["users"]) <= 2
+        if page["next_after"] is None or not page["next_after"].startswith(prefix):
+            break
+        after = page["next_after"]
+    assert [u["user_id"] for u in seen] == users
+    assert [(u["memories"], u["facts"]) for u in seen] == [(1, 0), (1, 0), (1, 1), (0, 1), (0, 1)]
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_B}) as other:
+        assert not [
+            u
+            for u in other.get("/v1/users", params={"after": prefix, "limit": 500}).json()["users"]
+            if u["user_id"].startswith(prefix)
+        ]
+    assert inspector.get("/v1/users", params={"limit": 0}).status_code == 422
+
+
+def test_search_explain_gives_every_candidates_scores_and_the_floor_that_dropped_it(inspector):
+    user = _id("ex")
+    for text in ("The flight to Lisbon leaves at 07:40 from gate B12.", "Our cat Miso hates the vacuum cleaner."):
+        inspector.post(f"/v1/users/{user}/memories", json={"text": text}).raise_for_status()
+    plain = inspector.post(f"/v1/users/{user}/memories/search", json={"query": "when does the Lisbon flight leave"}).json()
+    explained = inspector.post(
+        f"/v1/users/{user}/memories/search", json={"query": "when does the Lisbon flight leave", "explain": True}
+    ).json()
+    assert explained["hits"] == plain
+    assert [c["id"] for c in explained["candidates"] if c["kept"]] == [h["id"] for h in plain]
+    lisbon = next(c for c in explained["candidates"] if "Lisbon" in c["text"])
+    assert lisbon["kept"] and lisbon["dense_similarity"] > 0.25 and lisbon["keyword_score"] > 0 and lisbon["dense_rank"] == 0
+    cat = next(c for c in explained["candidates"] if "Miso" in c["text"])  # among the dense candidates, below the floor
+    assert not cat["kept"] and cat["reason"] == "similarity_floor" and cat["keyword_score"] is None
+    assert explained["floors"] == {"min_similarity": 0.25, "min_keyword_share": 0.3, "min_keyword_coverage": 0.3}
+    strict = inspector.post(
+        f"/v1/users/{user}/memories/search", json={"query": "Lisbon flight", "explain": True, "min_score": 0.99, "top_k": 1}
+    ).json()
+    reasons = {c["reason"] for c in strict["candidates"]}
+    assert reasons <= {"keywords", "similarity_floor", "keyword_coverage_floor", "keyword_share_floor", "beyond_limit"}
+    assert len(strict["hits"]) <= 1
+
+
+def test_every_destructive_call_is_in_the_audit_log_with_who_and_what(inspector, service_url):
+    user, sid = _id("au"), _id("as")
+    memory = inspector.post(f"/v1/users/{user}/memories", json={"text": "a memory to delete"}).json()
+    inspector.put(f"/v1/users/{user}/facts/color", json={"value": "blue"}).raise_for_status()
+    inspector.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [{"role": "user", "content": "hello"}]})
+    before = inspector.get("/v1/audit", params={"limit": 1}).json()["entries"]
+    newest_before = before[0]["id"] if before else 0
+    inspector.delete(f"/v1/users/{user}/memories/{memory['id']}").raise_for_status()
+    inspector.delete(f"/v1/users/{user}/facts/color").raise_for_status()
+    inspector.delete(f"/v1/sessions/{sid}").raise_for_status()
+    inspector.delete(f"/v1/users/{user}").raise_for_status()
+    assert inspector.delete(f"/v1/users/{user}/memories/{memory['id']}").status_code == 404  # nothing removed: no entry
+    entries = [e for e in inspector.get("/v1/audit", params={"limit": 10}).json()["entries"] if e["id"] > newest_before]
+    assert [e["action"] for e in entries] == ["forget_user", "delete_session", "close_fact", "delete_memory"]
+    assert {e["via"] for e in entries} == {"api"} and len({e["actor"] for e in entries}) == 1
+    assert entries[0]["actor"].startswith("key:") and KEY_INSPECT not in str(entries)
+    assert entries[3]["target"] == {"user_id": user, "memory_id": memory["id"]} and entries[3]["result"]["keywords"] == 1
+    assert entries[1]["target"] == {"session_id": sid} and entries[1]["result"]["session"] == 1
+    page = inspector.get("/v1/audit", params={"limit": 2, "before": entries[1]["id"]}).json()
+    assert [e["id"] for e in page["entries"]] == [entries[2]["id"], entries[3]["id"]]
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_B}) as other:
+        assert not [
+            e for e in other.get("/v1/audit", params={"limit": 500}).json()["entries"] if e["target"].get("user_id") == user
+        ]
+
+
+def test_stats_and_export_answer_from_the_shared_stores(inspector):
+    user, sid = _id("st"), _id("ss")
+    turns = [{"role": "user", "content": f"turn {i} about the Oslo trip"} for i in range(3)]
+    inspector.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": turns}).raise_for_status()
+    wait_memorized(inspector, sid, 3)
+    inspector.post(f"/v1/users/{user}/memories/search", json={"query": "Oslo"}).raise_for_status()
+    stats = inspector.get("/v1/stats").json()
+    assert stats["memories"] >= 3 and stats["recall"]["samples"] >= 1 and stats["recall"]["p50_ms"] > 0
+    assert stats["llm"]["mode"] == "none" and stats["memorization"]["sessions_pending"] >= 0
+    exported = inspector.get(f"/v1/sessions/{sid}/export").json()
+    assert exported["session"]["user_id"] == user and [m["seq"] for m in exported["messages"]] == [1, 2, 3]
+    assert sorted(m["seq"] for m in exported["memories"]) == [1, 2, 3]
+    assert inspector.get(f"/v1/sessions/{_id('none')}/export").status_code == 404
+
+
+def test_the_inspector_cookie_reads_the_api_but_writes_only_with_its_csrf_token(inspector, service_url):
+    user = _id("cs")
+    memory = inspector.post(f"/v1/users/{user}/memories", json={"text": "keep me unless asked properly"}).json()
+    cookie, token = _signed_in(service_url)
+    with httpx.Client(base_url=service_url, timeout=60, cookies={COOKIE: cookie}) as browser:
+        assert [m["id"] for m in browser.get(f"/v1/users/{user}/memories").json()] == [memory["id"]]
+        forged = browser.delete(f"/v1/users/{user}/memories/{memory['id']}")
+        assert forged.status_code == 403 and "CSRF" in forged.json()["detail"]
+        assert browser.delete(f"/v1/users/{user}/memories/{memory['id']}", headers={CSRF_HEADER: "0" * 64}).status_code == 403
+        form = browser.post("/ui/actions/delete_memory", data={"user_id": user, "memory_id": memory["id"]})
+        assert form.status_code == 403
+        assert [m["id"] for m in inspector.get(f"/v1/users/{user}/memories").json()] == [memory["id"]]
+        done = browser.delete(f"/v1/users/{user}/memories/{memory['id']}", headers={CSRF_HEADER: token})
+        assert done.status_code == 200
+    entry = inspector.get("/v1/audit", params={"limit": 1}).json()["entries"][0]
+    assert entry["via"] == "inspector" and entry["target"]["memory_id"] == memory["id"]
+    with httpx.Client(base_url=service_url, timeout=60, cookies={COOKIE: cookie[:-3] + "xyz"}) as forger:
+        assert forger.get(f"/v1/users/{user}/memories").status_code == 401  # a forged cookie is no cookie: keys are on
+    with httpx.Client(base_url=service_url, timeout=60) as stranger:
+        r = stranger.post("/ui/login", data={"api_key": "not-a-key"})
+        assert r.status_code == 401 and COOKIE not in r.cookies
