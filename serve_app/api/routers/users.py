@@ -17,7 +17,11 @@ router = APIRouter(tags=["users and facts"])
 async def list_users(
     deps: Deps,
     who: Who,
-    after: str = Query("", max_length=128, description="Return users whose id sorts after this (a page's next_after)."),
+    after: str = Query(
+        "",
+        pattern=r"^(|[A-Za-z0-9][A-Za-z0-9._@-]{0,127})$",
+        description="Return users whose id sorts after this (a page's next_after).",
+    ),
     limit: int = Query(50, ge=1, le=500),
 ) -> schemas.UsersPage:
     """Users with a long-term memory or a current fact, with their counts."""
