@@ -45,9 +45,9 @@ _USER_SET = frozenset(k for k in (*THROUGHPUT_ENV, *SIDE_PORT_VARS) if k in os.e
 
 def throughput_env() -> dict[str, str]:
     """The environment of a local Ray in high-throughput mode; variables the user set win."""
-    from serve_app.embedded.launchers import free_port
+    from serve_app.embedded.launchers import free_listen_port
 
-    env = {**THROUGHPUT_ENV, **{var: str(free_port()) for var in SIDE_PORT_VARS}}
+    env = {**THROUGHPUT_ENV, **{var: str(free_listen_port()) for var in SIDE_PORT_VARS}}
     return {k: v for k, v in env.items() if k not in _USER_SET}
 
 

@@ -163,3 +163,13 @@ def test_the_private_serve_calls_that_deploy_a_config_are_where_this_ray_has_the
     assert {"http_options", "grpc_options", "proxy_location"} <= start.keys()
     assert list(inspect.signature(ServeControllerClient.deploy_apps).parameters) == ["self", "config", "_blocking"]
     assert inspect.signature(serve_api.serve_start).return_annotation in (ServeControllerClient, "ServeControllerClient")
+
+
+def test_side_ports_of_a_local_ray_stay_out_of_the_ephemeral_range():
+    """HAProxy binds them after Ray starts: an outgoing connection must not have taken one meanwhile."""
+    from serve_app.deploy.local_ray import SIDE_PORT_VARS, throughput_env
+    from serve_app.embedded.launchers import _ephemeral_low
+
+    env = throughput_env()
+    ports = [int(env[var]) for var in SIDE_PORT_VARS if var in env]
+    assert ports and all(1024 <= port < _ephemeral_low() for port in ports)
