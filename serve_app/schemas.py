@@ -402,7 +402,9 @@ class LLMStats(BaseModel):
 
 
 class RecallStats(BaseModel):
-    samples: int = Field(description="Recalls this ingress replica timed, the newest up to 1,000.")
+    samples: int = Field(
+        description="The tenant's recalls (context and search) this ingress replica timed, the newest up to 1,000."
+    )
     p50_ms: float | None
     p95_ms: float | None
 

@@ -73,7 +73,7 @@ async def build_working_memory(
                 top_k=min(top_k + 8, max(top_k, settings.recall_candidates)) if top_k else 0,
                 settings=settings,
                 min_score=min_score,
-                observe_ms=deps.observe_recall("context"),
+                observe_ms=deps.observe_recall("context", tenant),
             )
         except Exception as exc:
             logger.warning("recall unavailable: %r", exc)

@@ -68,12 +68,12 @@ class Dependencies:
     """The LLM of /v1/chat/completions (None when llm_mode is none)."""
     signer: SessionSigner | None = None
     """Signs inspector sessions (None: sign-in is off, see Settings.ui_secret)."""
-    recall_timings: RecentTimings = field(default_factory=RecentTimings)
-    """This replica's newest recall times, for /v1/stats."""
+    recall_timings: dict[str, RecentTimings] = field(default_factory=dict)
+    """This replica's newest recall times per tenant, for /v1/stats (Prometheus has them per replica)."""
 
-    def observe_recall(self, path: str) -> Callable[[float], None]:
+    def observe_recall(self, path: str, tenant: str) -> Callable[[float], None]:
         def observe(ms: float) -> None:
             self.observers.recall_ms(path, ms)
-            self.recall_timings.add(ms)
+            self.recall_timings.setdefault(tenant, RecentTimings()).add(ms)
 
         return observe

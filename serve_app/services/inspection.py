@@ -7,6 +7,7 @@ import time
 
 from serve_app import schemas
 from serve_app.core.clock import ms_to_datetime
+from serve_app.core.timings import RecentTimings
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.sessions import describe_session
 
@@ -25,7 +26,7 @@ async def stats(deps: Dependencies, tenant: str) -> schemas.Stats:
     stores = deps.stores
     pending, oldest_ms, llm_due = await stores.log.tenant_lanes(tenant)
     counters = await stores.log.counters(tenant)
-    timings = deps.recall_timings
+    timings = deps.recall_timings.get(tenant, RecentTimings())
     return schemas.Stats(
         memories=await stores.keywords.count(tenant),
         memorization=schemas.MemorizationStats(

@@ -156,7 +156,8 @@ async def search_memories(
         top_k=body.top_k,
         settings=deps.settings,
         min_score=body.min_score,
-        observe_ms=deps.observe_recall("search"),
+        # An explained search judges and fetches every candidate: not what a search costs.
+        observe_ms=None if body.explain else deps.observe_recall("search", tenant),
         explained=body.explain,
     )
     hits = [hit_out(h) for h in found.hits]

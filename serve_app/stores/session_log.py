@@ -140,6 +140,11 @@ class SessionMeta:
     updated_at_ms: int
 
 
+def _glob_escape(text: str) -> str:
+    """A tenant id as a literal in a Redis MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
 class SessionLog:
     """Async Redis client for session logs, checkpoints, cursors and the pending set."""
 
@@ -289,16 +294,14 @@ class SessionLog:
             embedding, llm = await pipe.execute()
         return int(embedding), int(llm)
 
-    async def tenant_lanes(self, tenant: str, scan: int = 10_000) -> tuple[int, int | None, int]:
+    async def tenant_lanes(self, tenant: str) -> tuple[int, int | None, int]:
         """The tenant's sessions in the embedding lane, the oldest one's first unmemorized append (ms),
-        and its sessions in the LLM lane; each lane read up to `scan` members (all tenants share it)."""
-        prefix = f"{tenant}/"
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrange(PENDING_KEY, 0, scan - 1, withscores=True)
-            pipe.zrange(LLM_PENDING_KEY, 0, scan - 1)
-            embedding, llm = await pipe.execute()
-        mine = [int(score) for member, score in embedding if member.startswith(prefix)]
-        return len(mine), min(mine, default=None), sum(1 for member in llm if member.startswith(prefix))
+        and its sessions in the LLM lane. The lanes are shared by all tenants: ZSCAN walks them in
+        steps, so a long backlog of other tenants neither hides this one's nor blocks Redis."""
+        match = f"{_glob_escape(tenant)}/*"
+        firsts = [int(score) async for _, score in self.redis.zscan_iter(PENDING_KEY, match=match, count=1000)]
+        llm = sum([1 async for _ in self.redis.zscan_iter(LLM_PENDING_KEY, match=match, count=1000)])
+        return len(firsts), min(firsts, default=None), llm
 
     @staticmethod
     def stats_key(tenant: str) -> str:

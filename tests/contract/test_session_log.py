@@ -1,6 +1,7 @@
 """Session log contract against a real Redis server."""
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -132,3 +133,21 @@ async def test_delete_removes_everything(log):
     assert await log.meta("t", sid) is None
     assert await log.read("t", sid) == []
     assert sid not in [s for s, _ in await log.user_sessions("t", "u")]
+
+
+async def test_a_tenants_lanes_and_counters_are_its_own_however_long_the_shared_lanes(log):
+    tenant, other = f"lanes-{uuid.uuid4().hex[:6]}", f"busy-{uuid.uuid4().hex[:6]}"
+    # Another tenant's older backlog ahead of this one's in the shared lane.
+    for i in range(30):
+        await log.append(other, f"s{i}", "u", [{"role": "user", "content": "x"}])
+    assert await log.tenant_lanes(tenant) == (0, None, 0)
+    before = int(time.time() * 1000)
+    await log.append(tenant, "a", "u", [{"role": "user", "content": "x"}])
+    await log.append(tenant, "b", "u", [{"role": "user", "content": "y"}])
+    pending, oldest_ms, llm_due = await log.tenant_lanes(tenant)
+    assert pending == 2 and oldest_ms is not None and before - 1000 <= oldest_ms <= before + 5000 and llm_due == 0
+    assert (await log.tenant_lanes(other))[0] == 30
+    await log.count(tenant, {"summary_fallbacks": 2, "extraction_failures": 0})
+    await log.count(tenant, {"summary_fallbacks": 1, "extraction_failures": 1})
+    assert await log.counters(tenant) == {"summary_fallbacks": 3, "extraction_failures": 1}
+    assert await log.counters(other) == {}
