@@ -91,8 +91,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             result      JSONB NOT NULL DEFAULT '{}'
         );
         CREATE INDEX audit_log_tenant ON audit_log (tenant_id, id DESC);
-        -- The users listing walks current facts by user.
-        CREATE INDEX facts_current_users ON facts (tenant_id, user_id) WHERE valid_to IS NULL;
         """,
     ),
 )

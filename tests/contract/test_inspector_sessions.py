@@ -1,6 +1,7 @@
-"""The inspector with API keys off (the embedded profile on loopback): the pages open without
-sign-in, as the API does, and a destructive form still needs its CSRF token. The app of one
-replica in process, on the real stores."""
+"""The inspector's sessions in the app of one replica, in process, on the real stores: with API keys
+off (the embedded profile on loopback) the pages open without sign-in and a destructive form still
+needs its CSRF token; with keys on, a session ends with its key, and cookies of the other mode,
+forged tenants and cross-site forms are refused."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ import httpx
 import pytest
 
 from serve_app.api.http import create_http_app
+from serve_app.core.auth import hash_key
 from serve_app.core.inspector_auth import COOKIE
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
+SECRET = "in-process-ui-secret"
+KEY = "key-in-process-0123456789"
 
-@pytest.fixture
-async def keys_off(backends, embed):
-    settings = Settings(**backends.env, milvus_collection="inspector_keys_off")
+
+async def _app(backends, embed, **settings_args):
+    settings = Settings(**backends.env, milvus_collection="inspector_sessions", ui_secret=SECRET, **settings_args)
     stores = await Stores.connect(settings)
 
     async def embed_one(text: str) -> list[float]:
@@ -28,11 +32,29 @@ async def keys_off(backends, embed):
         raise AssertionError("not compacted here")
 
     deps = Dependencies(
-        settings=settings, stores=stores, embed_one=embed_one, compact_now=no_compaction, signer=settings.inspector_signer()
+        settings=settings,
+        stores=stores,
+        embed_one=embed_one,
+        compact_now=no_compaction,
+        keyring=settings.keyring(),
+        signer=settings.inspector_signer(),
     )
-    app = create_http_app(deps)
+    return stores, deps, create_http_app(deps)
+
+
+@pytest.fixture
+async def keys_off(backends, embed):
+    stores, _, app = await _app(backends, embed)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         yield client
+    await stores.close()
+
+
+@pytest.fixture
+async def keys_on(backends, embed):
+    stores, deps, app = await _app(backends, embed, api_keys={hash_key(KEY): "in-process"})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+        yield client, deps
     await stores.close()
 
 
@@ -54,3 +76,40 @@ async def test_pages_open_without_sign_in_and_a_delete_still_needs_the_token(key
     assert (await keys_off.get(f"/v1/users/{user}/memories")).json() == []
     audit = (await keys_off.get("/v1/audit", params={"limit": 1})).json()["entries"][0]
     assert audit["actor"] == "local" and audit["via"] == "inspector" and audit["target"]["memory_id"] == memory["id"]
+
+
+async def test_with_keys_on_a_session_lives_only_as_long_as_its_key_and_its_tenant(keys_on):
+    client, deps = keys_on
+    assert (await client.get("/ui")).status_code == 303  # to the sign-in page
+    cross = await client.post("/ui/login", data={"api_key": KEY}, headers={"sec-fetch-site": "cross-site"})
+    assert cross.status_code == 403 and COOKIE not in cross.cookies  # login CSRF: no session from another site
+    signer = deps.signer
+    revoked = signer.issue("in-process", hash_key("a key removed from the key file"))
+    other_tenant = signer.issue("someone-else", hash_key(KEY))
+    keys_off_cookie = signer.issue(deps.settings.default_tenant, "local")
+    for cookie in (revoked, other_tenant):
+        r = await client.get("/v1/users", cookies={COOKIE: cookie})
+        assert r.status_code == 401 and "sign in again" in r.json()["detail"]
+    assert (await client.get("/v1/users", cookies={COOKIE: keys_off_cookie})).status_code == 401
+    assert (await client.get("/ui", cookies={COOKIE: keys_off_cookie})).status_code == 303
+    signed_in = await client.post("/ui/login", data={"api_key": KEY, "next": "/ui/audit"})
+    assert signed_in.status_code == 303 and signed_in.headers["location"] == "/ui/audit"
+    cookie = signed_in.cookies[COOKIE]
+    assert (await client.get("/v1/users", cookies={COOKIE: cookie})).status_code == 200
+    empty = await client.get("/ui/confirm/forget_user", params={"user_id": ""}, cookies={COOKIE: cookie})
+    assert empty.status_code == 422
+    token = signer.csrf_token(signer.read(cookie))
+    sneaky = await client.post(
+        "/ui/actions/forget_user", data={"user_id": "alice/facts/k", "csrf_token": token}, cookies={COOKIE: cookie}
+    )
+    assert sneaky.status_code == 422  # an id that would make another API path
+
+
+async def test_with_keys_off_a_cookie_signed_while_keys_were_on_is_replaced(keys_off, backends, embed):
+    stores, deps, _ = await _app(backends, embed)
+    try:
+        stale = deps.signer.issue("in-process", hash_key(KEY))
+    finally:
+        await stores.close()
+    page = await keys_off.get("/ui", cookies={COOKIE: stale})
+    assert page.status_code == 200 and keys_off.cookies[COOKIE] != stale

@@ -205,6 +205,9 @@ def test_a_delete_asks_for_confirmation_and_lands_in_the_audit_log(world, browse
 
 
 def test_a_forged_action_without_the_csrf_token_is_refused(world, browser):
+    if browser.get_cookie(COOKIE) is None:  # run alone
+        _sign_in(browser, world["url"], KEY_INSPECT)
+        WebDriverWait(browser, 15).until(lambda d: d.get_cookie(COOKIE) is not None)
     cookie = browser.get_cookie(COOKIE)["value"]
     with httpx.Client(base_url=world["url"], timeout=60, cookies={COOKIE: cookie}) as forger:
         r = forger.post("/ui/actions/forget_user", data={"user_id": world["user"]})

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
+
+from serve_app.api.inspector.router import _cross_site, _invalid_fields, _safe_next
 from serve_app.api.inspector.views import budget_bar, log_rows, omitted_seqs
 from serve_app.core.inspector_auth import SessionSigner
 from serve_app.core.timings import RecentTimings
@@ -68,3 +71,31 @@ def test_recent_timings_keep_the_newest_and_give_nearest_rank_percentiles():
         timings.add(ms)
     assert len(timings) == 4
     assert timings.percentile(50) == 2.0 and timings.percentile(95) == 4.0 and timings.percentile(100) == 4.0
+
+
+def _request(headers: dict[str, str], scheme: str = "http") -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in {"host": "mem.example:8000", **headers}.items()]
+    return Request({"type": "http", "method": "POST", "scheme": scheme, "path": "/ui/login", "headers": raw, "query_string": b""})
+
+
+def test_a_form_posted_from_another_site_is_told_apart_from_the_inspectors_own():
+    assert not _cross_site(_request({"sec-fetch-site": "same-origin"}))
+    assert not _cross_site(_request({}))  # not a browser: no cookie of the visitor rides along
+    assert not _cross_site(_request({"origin": "http://mem.example:8000"}))
+    assert not _cross_site(_request({"origin": "https://mem.example:8000", "x-forwarded-proto": "https"}))
+    for headers in (
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+    ):
+        assert _cross_site(_request(headers)), headers
+
+
+def test_sign_in_returns_only_to_the_inspector_and_actions_take_only_ids():
+    assert _safe_next("/ui/sessions/s1?after=50") == "/ui/sessions/s1?after=50"
+    for target in ("https://evil.example/ui", "//evil.example/ui", "/ui\\@evil", "/v1/users", "/ui//evil.example"):
+        assert _safe_next(target) == "/ui", target
+    assert _invalid_fields({"user_id": "alice", "memory_id": "m-1"}) is None
+    for bad in ("", "alice/facts/k", "../x", "a" * 129, "a b"):
+        assert _invalid_fields({"user_id": bad}), bad

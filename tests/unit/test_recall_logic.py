@@ -130,6 +130,14 @@ def test_explain_names_the_floor_that_dropped_each_candidate_and_keeps_what_fuse
     assert len(beyond) == 1 and beyond[0].fused.id in {"close", "words"}
 
 
+def test_a_memory_no_keyword_matches_passes_no_keyword_floor_even_at_share_zero():
+    """On words alone means some words: a zero share floor lets in every keyword match, not the
+    dense candidates below the similarity floor that match no word."""
+    params = FusionParams(min_similarity=0.25, min_keyword_share=0.0, min_keyword_coverage=0.0)
+    kept = {f.id for f in fuse([Scored("far", 0.1), Scored("close", 0.5)], [Scored("weak-words", 0.01)], params)}
+    assert kept == {"close", "weak-words"}
+
+
 def test_time_boost_lifts_memories_from_the_named_window():
     dense = [Scored("old", 0.9, utc(2022, 1, 5)), Scored("june", 0.8, utc(2023, 6, 10))]
     plain = [f.id for f in fuse(dense, [], FusionParams(time_weight=1.0))]

@@ -36,13 +36,14 @@ class InspectorApi:
 
     async def call(self, method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Any:
         response = await self._client.request(method, path, params=params, json=json)
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            raise ApiError(response.status_code, detail)
-        return response.json()
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not response.is_success or body is None:
+            detail = body.get("detail", response.text) if isinstance(body, dict) else response.text or "no answer"
+            raise ApiError(response.status_code if response.status_code >= 400 else 502, detail)
+        return body
 
     async def get(self, path: str, **params: Any) -> Any:
         return await self.call("GET", path, params={k: v for k, v in params.items() if v is not None})

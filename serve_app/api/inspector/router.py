@@ -7,6 +7,7 @@ key for the signed cookie once; the key is never put in a URL, a page or browser
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -17,6 +18,7 @@ from fastapi.templating import Jinja2Templates
 
 from serve_app.api.inspector.api_client import ApiError, InspectorApi
 from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, omitted_seqs
+from serve_app.core.ids import ID_PATTERN
 from serve_app.core.inspector_auth import COOKIE, CSRF_FIELD, InspectorSession
 from serve_app.services.dependencies import Dependencies
 
@@ -56,7 +58,8 @@ def _session(request: Request) -> tuple[InspectorSession, str, bool]:
         raise ApiError(503, "the inspector needs ui_secret (MEMSERVE_UI_SECRET) set to the same secret on every replica")
     cookie = request.cookies.get(COOKIE, "")
     session = deps.signer.read(cookie)
-    if session is not None:
+    # A cookie of the other mode (signed before keys were turned on or off) is no session here.
+    if session is not None and (session.key_digest != "local") == deps.keyring.enabled:
         return session, cookie, False
     if deps.keyring.enabled:
         raise _SignIn()
@@ -71,9 +74,38 @@ def _set_cookie(request: Request, response: Response, cookie: str) -> None:
         max_age=_deps(request).settings.ui_session_max_age_s,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_https(request),
         path="/",
     )
+
+
+def _https(request: Request) -> bool:
+    """Behind a proxy that terminates TLS the request reaches the replica as plain HTTP."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+def _cross_site(request: Request) -> bool:
+    """A form POST from another site (login CSRF: signing the visitor into the attacker's tenant).
+    Browsers send Sec-Fetch-Site, or at least Origin, with every POST."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin == "null"
+    scheme = "https" if _https(request) else request.url.scheme
+    return origin.rstrip("/") not in {
+        f"{scheme}://{request.headers.get('host', '')}",
+        f"{request.url.scheme}://{request.url.netloc}",
+    }
+
+
+def _refused(request: Request, status: int, detail: str) -> Response:
+    return _render(request, "error.html", {"status": status, "detail": detail}, status=status)
+
+
+CROSS_SITE = "a form posted from another site is refused: open the inspector itself and submit it there"
 
 
 def _render(request: Request, name: str, context: dict[str, Any], *, status: int = 200, cookie: str | None = None) -> Response:
@@ -124,8 +156,10 @@ async def login_form(request: Request, next: str = Query("/ui", max_length=2048)
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request, api_key: str = Form(..., max_length=512), next: str = Form("/ui", max_length=2048)) -> Response:
     deps = _deps(request)
+    if _cross_site(request):
+        return _refused(request, 403, CROSS_SITE)
     if deps.signer is None:
-        return _render(request, "error.html", {"status": 503, "detail": "sign-in is off: set ui_secret"}, status=503)
+        return _refused(request, 503, "sign-in is off: set ui_secret (MEMSERVE_UI_SECRET) on every replica")
     found = deps.keyring.tenant_for(api_key) if deps.keyring.enabled else (deps.settings.default_tenant, "local")
     if found is None:
         return _render(request, "login.html", {"next": _safe_next(next), "error": "That API key is not valid."}, status=401)
@@ -136,6 +170,8 @@ async def login(request: Request, api_key: str = Form(..., max_length=512), next
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    if _cross_site(request):
+        return _refused(request, 403, CROSS_SITE)
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
@@ -288,11 +324,21 @@ async def audit(
 # Actions: confirm, then POST with the CSRF token
 
 
+def _invalid_fields(fields: dict[str, str]) -> str | None:
+    """Each id of an action names one thing: an empty or malformed one would make another API path."""
+    for name, value in fields.items():
+        if not re.fullmatch(ID_PATTERN, value):
+            return f"{name} must be an id (letters, digits and . _ @ -, at most 128 characters), not {value!r}"
+    return None
+
+
 @router.get("/confirm/{action}", response_class=HTMLResponse)
 async def confirm(request: Request, action: str) -> Response:
     if action not in ACTIONS:
-        return _render(request, "error.html", {"status": 404, "detail": f"no action {action!r}"}, status=404)
+        return _refused(request, 404, f"no action {action!r}")
     fields = {name: request.query_params.get(name, "") for name in ACTIONS[action].fields}
+    if (bad := _invalid_fields(fields)) is not None:
+        return _refused(request, 422, bad)
 
     async def build(_: InspectorApi) -> dict[str, Any]:
         return {"action": action, "spec": ACTIONS[action], "fields": fields}
@@ -304,7 +350,9 @@ async def confirm(request: Request, action: str) -> Response:
 async def act(request: Request, action: str) -> Response:
     deps = _deps(request)
     if action not in ACTIONS:
-        return _render(request, "error.html", {"status": 404, "detail": f"no action {action!r}"}, status=404)
+        return _refused(request, 404, f"no action {action!r}")
+    if _cross_site(request):
+        return _refused(request, 403, CROSS_SITE)
     try:
         session, cookie, _ = _session(request)
     except _SignIn:
@@ -318,6 +366,8 @@ async def act(request: Request, action: str) -> Response:
         return _render(request, "error.html", {"status": 403, "detail": detail}, status=403)
     spec = ACTIONS[action]
     fields = {name: str(form.get(name, "")) for name in spec.fields}
+    if (bad := _invalid_fields(fields)) is not None:
+        return _refused(request, 422, bad)
     try:
         async with InspectorApi(request.app, cookie, token) as api:
             await api.delete(spec.path.format(**{k: _q(v) for k, v in fields.items()}))

@@ -1,4 +1,4 @@
-// Progressive enhancement only: the live figures refresh every 5 s through the public API (the
+// Progressive enhancement only: the live figures refresh every 10 s through the public API (the
 // session cookie authenticates the GET). With JavaScript blocked the page shows them as rendered.
 (function () {
   const stats = document.getElementById("stats");
@@ -17,5 +17,5 @@
       });
     } catch (_) { /* the next tick tries again */ }
   }
-  setInterval(refresh, 5000);
+  setInterval(refresh, 10000);
 })();
