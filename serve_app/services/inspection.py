@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from serve_app import schemas
-from serve_app.core.clock import ms_to_datetime
 from serve_app.core.timings import RecentTimings
 from serve_app.services.dependencies import Dependencies
+from serve_app.services.memories import memory_out
 from serve_app.services.sessions import describe_session
 
 EXPORT_MAX_MEMORIES = 100_000
@@ -53,16 +53,5 @@ async def export_session(deps: Dependencies, tenant: str, session_id: str) -> sc
         session=info,
         summary=meta.summary if meta is not None else "",
         messages=[schemas.StoredMessage(**r) for r in rows],
-        memories=[
-            schemas.MemoryOut(
-                id=h.id,
-                text=h.text,
-                session_id=h.session_id,
-                seq=h.seq,
-                role=h.role,
-                kind=h.kind,
-                created_at=ms_to_datetime(h.created_at_ms),
-            )
-            for h in memories
-        ],
+        memories=[memory_out(h) for h in memories],
     )

@@ -81,6 +81,18 @@ def hit_out(hit: Hit) -> schemas.SearchHit:
     )
 
 
+def memory_out(hit: Hit) -> schemas.MemoryOut:
+    return schemas.MemoryOut(
+        id=hit.id,
+        text=hit.text,
+        session_id=hit.session_id,
+        seq=hit.seq,
+        role=hit.role,
+        kind=hit.kind,
+        created_at=ms_to_datetime(hit.created_at_ms),
+    )
+
+
 async def save_memories(stores: Stores, rows: list[MemoryRow]) -> int:
     if not rows:
         return 0

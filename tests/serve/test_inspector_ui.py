@@ -1,10 +1,14 @@
 """The inspector in a real headless browser: Selenium driving Debian's chromium through its
 version-matched chromium-driver (scripts/browser.sh installs both), against the deployed app.
 
-Each view is also saved as a screenshot under docs/inspector/, which the README shows."""
+Each view is also saved as a screenshot: under docs/inspector/, which the README shows, when
+MEMSERVE_SCREENSHOTS names that folder; in a temporary folder otherwise, so a test run leaves the
+checkout as it was."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +27,7 @@ from serve_app.core.inspector_auth import COOKIE
 
 from .conftest import KEY_INSPECT, wait_memorized
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "inspector"
+SHOTS = Path(os.environ.get("MEMSERVE_SCREENSHOTS") or tempfile.mkdtemp(prefix="inspector-shots-"))
 DESKTOP, PHONE = (1280, 860), (390, 844)
 
 
