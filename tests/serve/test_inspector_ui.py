@@ -47,14 +47,18 @@ def _driver(*, javascript: bool = True) -> WebDriver:
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def _shot(driver: WebDriver, name: str) -> None:
-    """A small PNG of the page: the full height of the view, 64 colours."""
+def _shot(driver: WebDriver, name: str, focus: str | None = None) -> None:
+    """A small PNG of the page, 64 colours: its full height (up to 1800 px), or the window around
+    the element `focus` selects."""
     from PIL import Image
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     width = driver.get_window_size()["width"]
-    height = min(1800, driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(width, height)
+    if focus is None:
+        height = min(1800, driver.execute_script("return document.documentElement.scrollHeight"))
+        driver.set_window_size(width, height)
+    else:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", driver.find_element(By.CSS_SELECTOR, focus))
     path = SHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     with Image.open(path) as image:
@@ -142,6 +146,7 @@ def test_session_log_shows_the_checkpoint_boundary_and_cursors(world, browser):
     cursors = {e.get_attribute("data-cursor"): int(e.text) for e in browser.find_elements(By.CSS_SELECTOR, "[data-cursor]")}
     assert cursors == {k: info[k] for k in ("covers_upto_seq", "memorized_upto_seq", "extracted_upto_seq")}
     _shot(browser, "session")
+    _shot(browser, "session-boundary", focus="#checkpoint-boundary")
 
 
 def test_the_next_prompt_view_counts_exactly_what_the_context_endpoint_builds(world, browser):
