@@ -35,6 +35,7 @@ from tqdm import tqdm
 from bench.common import percentile, wait_memorized
 from bench.load import Load, run_window
 from bench.memory import measure
+from bench.search_latency import timed
 
 PEOPLE = (
     "Ana", "Bilal", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kofi", "Lena", "Mateo", "Nia", "Omar",
@@ -176,16 +177,6 @@ async def insert_others(tenant: str, rows: int, users: int, dim: int, seed: int)
         await stores.close()
 
 
-def sequential(client: httpx.Client, n: int, label: str, call) -> list[float]:
-    samples = []
-    for i in tqdm(range(n), desc=label, unit="req", leave=False):
-        started = time.perf_counter()
-        response = call(i)
-        samples.append((time.perf_counter() - started) * 1000)
-        response.raise_for_status()
-    return samples
-
-
 def figures(samples: list[float]) -> dict[str, float]:
     return {
         "p50_ms": percentile(samples, 50),
@@ -271,7 +262,7 @@ def main() -> None:
             # postings), then a warm-up: what is timed is the steady state at this size.
             time.sleep(args.settle_s)
             warm = [next(asked) for _ in range(30)]
-            sequential(
+            timed(
                 client,
                 len(warm),
                 f"warm-up @{size}",
@@ -279,7 +270,7 @@ def main() -> None:
             )
             context_queries = [next(asked) for _ in range(args.requests)]
             search_queries = [next(asked) for _ in range(args.requests)]
-            context = sequential(
+            context = timed(
                 client,
                 args.requests,
                 f"context @{size}",
@@ -287,7 +278,7 @@ def main() -> None:
                     "/v1/context", json={"user_id": user, "session_id": session, "query": q[i], "max_tokens": 4096}
                 ),
             )
-            search = sequential(
+            search = timed(
                 client,
                 args.requests,
                 f"search @{size}",
