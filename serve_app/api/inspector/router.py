@@ -120,25 +120,34 @@ def _login_redirect(request: Request) -> Response:
     return RedirectResponse(f"/ui/login?{urlencode({'next': target})}", status_code=303)
 
 
-async def _page(request: Request, name: str, build) -> Response:
-    """Render `name` with what `build(api)` returns; API errors become an error page (401: sign in)."""
+async def _via_api(request: Request, build, answer) -> Response:
+    """Run `build(api)` as the visitor's session and let `answer(result, page)` make the response
+    (`page`: what every template needs); API errors become an error page (401 with keys on: sign in)."""
     try:
         session, cookie, new = _session(request)
     except _SignIn:
         return _login_redirect(request)
     except ApiError as exc:
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+        return _refused(request, exc.status, exc.detail)
     deps = _deps(request)
     csrf = deps.signer.csrf_token(session)  # type: ignore[union-attr]
     try:
         async with InspectorApi(request.app, cookie, csrf) as api:
-            context = await build(api)
+            result = await build(api)
     except ApiError as exc:
         if exc.status == 401 and deps.keyring.enabled:
             return _login_redirect(request)
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
-    context |= {"csrf_token": csrf, "csrf_field": CSRF_FIELD, "tenant": session.tenant, "signed_in": deps.keyring.enabled}
-    return _render(request, name, context, cookie=cookie if new else None)
+        return _refused(request, exc.status, exc.detail)
+    page = {"csrf_token": csrf, "csrf_field": CSRF_FIELD, "tenant": session.tenant, "signed_in": deps.keyring.enabled}
+    response = answer(result, page)
+    if new:
+        _set_cookie(request, response, cookie)
+    return response
+
+
+async def _page(request: Request, name: str, build) -> Response:
+    """Render `name` with what `build(api)` returns."""
+    return await _via_api(request, build, lambda context, page: _render(request, name, context | page))
 
 
 def _q(value: str) -> str:
@@ -289,19 +298,12 @@ async def next_prompt(
 @router.get("/sessions/{session_id}/export")
 async def export(request: Request, session_id: str) -> Response:
     """The API's export as a file download."""
-    try:
-        session, cookie, _ = _session(request)
-    except _SignIn:
-        return _login_redirect(request)
-    except ApiError as exc:
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
-    try:
-        async with InspectorApi(request.app, cookie, _deps(request).signer.csrf_token(session)) as api:  # type: ignore[union-attr]
-            data = await api.get(f"/v1/sessions/{_q(session_id)}/export")
-    except ApiError as exc:
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
     headers = {**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="session-{session_id}.json"'}
-    return JSONResponse(data, headers=headers)
+    return await _via_api(
+        request,
+        lambda api: api.get(f"/v1/sessions/{_q(session_id)}/export"),
+        lambda data, _: JSONResponse(data, headers=headers),
+    )
 
 
 @router.get("/static/{name}")
@@ -356,14 +358,14 @@ async def act(request: Request, action: str) -> Response:
     try:
         session, cookie, _ = _session(request)
     except _SignIn:
-        return _render(request, "error.html", {"status": 401, "detail": "sign in first"}, status=401)
+        return _refused(request, 401, "sign in first")
     except ApiError as exc:
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+        return _refused(request, exc.status, exc.detail)
     form = await request.form()
     token = str(form.get(CSRF_FIELD, ""))
     if not deps.signer.csrf_ok(session, token):  # type: ignore[union-attr]
         detail = "missing or invalid CSRF token: open the page again and confirm from it"
-        return _render(request, "error.html", {"status": 403, "detail": detail}, status=403)
+        return _refused(request, 403, detail)
     spec = ACTIONS[action]
     fields = {name: str(form.get(name, "")) for name in spec.fields}
     if (bad := _invalid_fields(fields)) is not None:
@@ -372,5 +374,5 @@ async def act(request: Request, action: str) -> Response:
         async with InspectorApi(request.app, cookie, token) as api:
             await api.delete(spec.path.format(**{k: _q(v) for k, v in fields.items()}))
     except ApiError as exc:
-        return _render(request, "error.html", {"status": exc.status, "detail": exc.detail}, status=exc.status)
+        return _refused(request, exc.status, exc.detail)
     return RedirectResponse(f"/ui/audit?{urlencode({'done': action})}", status_code=303)
