@@ -42,7 +42,12 @@ def up(
     config: Path = typer.Option(DEFAULT_CONFIG, help="Ray Serve config file (configs/local.yaml)."),
     redis_port: int = typer.Option(Ports.redis, help="Embedded Redis port (loopback)."),
     postgres_port: int = typer.Option(Ports.postgres, help="Embedded PostgreSQL port (loopback)."),
-    milvus_port: int = typer.Option(Ports.milvus, help="Embedded Milvus Lite port (loopback)."),
+    milvus_port: int = typer.Option(Ports.milvus, help="Embedded Milvus port (loopback)."),
+    milvus_engine: str = typer.Option(
+        "lite",
+        envvar="MEMSERVE_MILVUS_ENGINE",
+        help="Embedded Milvus: 'lite' (Milvus Lite) or 'server' (Milvus 2.3 standalone, the milvus wheel: HNSW, pruning).",
+    ),
     metrics_port: int = typer.Option(8080, help="Prometheus metrics port of Ray (0 to disable)."),
     embedded: bool = typer.Option(
         None, help="Start embedded backends. Default: yes, unless REDIS_URL, POSTGRES_DSN and MILVUS_URI are all set."
@@ -83,7 +88,7 @@ def up(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop_handler(stop))
 
-    backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port))
+    backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port), milvus_engine=milvus_engine)
     try:
         if use_embedded:
             try:
@@ -91,12 +96,12 @@ def up(
             except LaunchError as exc:
                 _say(f"error: {exc}")
                 raise typer.Exit(1) from exc
-            os.environ.update(backends.env)
+            os.environ.update(backends.app_env)
             (run_dir / "backends.json").write_text(
                 json.dumps({n: {"pid": b.process.pid, "url": b.url} for n, b in backends.backends.items()})
             )
             for name, backend in backends.backends.items():
-                _say(f"{name:<9} {backend.url}  (data {data_dir / name}, log {backend.log_path})")
+                _say(f"{name:<9} {backend.url}  (log {backend.log_path})")
         else:
             for var in EXTERNAL_VARS:
                 _say(f"{var:<13} {os.environ.get(var, '(default)')}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.embedded.launchers import EmbeddedBackends, Ports, free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -25,3 +25,21 @@ def backends(data_root: Path):
     started = EmbeddedBackends(data_root / "backends", Ports.free()).start()
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="session")
+def milvus_server(data_root: Path):
+    """A real Milvus standalone server (the `milvus` wheel), for the tests that run on both engines."""
+    from serve_app.embedded.milvus_server import start_milvus_server
+
+    started = start_milvus_server(data_root / "milvus-server", free_port())
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session", params=["lite", "server"])
+def milvus_uri(request) -> str:
+    """The Milvus of the session's backends (Lite), then a Milvus server: a store test runs on both."""
+    if request.param == "lite":
+        return request.getfixturevalue("backends").env["MILVUS_URI"]
+    return request.getfixturevalue("milvus_server").url

@@ -37,16 +37,17 @@ class Backend:
     url: str
     log_path: Path
     stop_signal: int = signal.SIGTERM
+    stop_timeout_s: float = 20.0
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self, timeout_s: float = 20.0) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
         if not self.alive():
             return
         self.process.send_signal(self.stop_signal)
         try:
-            self.process.wait(timeout_s)
+            self.process.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(5)
@@ -289,6 +290,20 @@ class Ports:
         return cls(free_port(), free_port(), free_port())
 
 
+MILVUS_ENGINES = ("lite", "server")
+
+
+def milvus_starter(engine: str) -> Callable[[Path, int], Backend]:
+    """Milvus Lite, or a Milvus standalone server from the `milvus` wheel (embedded/milvus_server.py)."""
+    if engine == "lite":
+        return start_milvus
+    if engine == "server":
+        from serve_app.embedded.milvus_server import start_milvus_server
+
+        return start_milvus_server
+    raise LaunchError(f"unknown Milvus engine {engine!r}: choose one of {', '.join(MILVUS_ENGINES)}")
+
+
 @dataclass
 class EmbeddedBackends:
     """The three servers under one data directory, started and stopped together."""
@@ -296,21 +311,23 @@ class EmbeddedBackends:
     data_dir: Path
     ports: Ports = field(default_factory=Ports)
     backends: dict[str, Backend] = field(default_factory=dict)
+    milvus_engine: str = "lite"
+
+    def _starters(self) -> dict[str, Callable[[Path, int], Backend]]:
+        return {"redis": start_redis, "postgres": start_postgres, "milvus": milvus_starter(self.milvus_engine)}
 
     def start(self) -> EmbeddedBackends:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.backends["redis"] = start_redis(self.data_dir, self.ports.redis)
-            self.backends["postgres"] = start_postgres(self.data_dir, self.ports.postgres)
-            self.backends["milvus"] = start_milvus(self.data_dir, self.ports.milvus)
+            for name, starter in self._starters().items():
+                self.backends[name] = starter(self.data_dir, getattr(self.ports, name))
         except BaseException:
             self.stop()
             raise
         return self
 
     def restart(self, name: str) -> Backend:
-        starter = {"redis": start_redis, "postgres": start_postgres, "milvus": start_milvus}[name]
-        self.backends[name] = starter(self.data_dir, getattr(self.ports, name))
+        self.backends[name] = self._starters()[name](self.data_dir, getattr(self.ports, name))
         return self.backends[name]
 
     @property
@@ -321,6 +338,14 @@ class EmbeddedBackends:
             "POSTGRES_DSN": self.backends["postgres"].url,
             "MILVUS_URI": self.backends["milvus"].url,
         }
+
+    @property
+    def app_env(self) -> dict[str, str]:
+        """`env` and the settings the chosen engine needs: a Milvus server seals its segments itself,
+        and a flush on a timer would only cut them small."""
+        if self.milvus_engine == "server":
+            return {**self.env, "MEMSERVE_MILVUS_FLUSH_INTERVAL_S": "0"}
+        return self.env
 
     def stop(self) -> None:
         for name in ("milvus", "postgres", "redis"):

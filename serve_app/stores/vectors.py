@@ -1,4 +1,5 @@
-"""Long-term vector memory in Milvus (Milvus Lite embedded, Milvus server in production).
+"""Long-term vector memory in Milvus: Milvus Lite or a Milvus standalone server embedded, a Milvus
+server in production.
 
 One row per user or assistant turn (id derived from tenant, session, seq, so a retry upserts),
 plus memories added directly. The keyword side of recall lives in PostgreSQL (`keyword_index`):
@@ -36,6 +37,12 @@ HNSW_EF = 128
 # Every Milvus call is bounded: pymilvus otherwise retries an unreachable server for minutes, and a
 # request held that long outlives its client's timeout instead of answering 503 with Retry-After.
 RPC_TIMEOUT_S = 10.0
+# How fresh a read must be. A Milvus server serves a Strong read only once its time tick (200 ms)
+# passes the request, so searches are Session reads: this client's own writes are always visible,
+# other replicas' within a tick. Reads whose answer decides a repair or a count are Strong.
+# (Milvus Lite serves every read from what it holds and ignores the level.)
+FRESH = "Strong"
+SESSION = "Session"
 T = TypeVar("T")
 logger = logging.getLogger("ray.serve")
 
@@ -213,7 +220,7 @@ class VectorStore:
         for partition, records in by_partition.items():
             for attempt in range(3):
                 await self.client.upsert(self.collection, records, partition_name=partition, timeout=RPC_TIMEOUT_S)
-                missing = await self._missing(partition, [r["id"] for r in records])
+                missing = await self._missing(partition, [r["id"] for r in records], SESSION)
                 if not missing:
                     break
                 if attempt == 2:
@@ -222,13 +229,14 @@ class VectorStore:
                 records = [r for r in records if r["id"] in missing]
         return len(rows)
 
-    async def _missing(self, partition: str, ids: list[str]) -> set[str]:
+    async def _missing(self, partition: str, ids: list[str], consistency: str) -> set[str]:
         found = await self._loaded(
             lambda: self.client.query(
                 self.collection,
                 filter=milvus_filter(id=ids),
                 output_fields=["id"],
                 partition_names=[partition],
+                consistency_level=consistency,
                 timeout=RPC_TIMEOUT_S,
             )
         )
@@ -239,7 +247,7 @@ class VectorStore:
         partition = self.partition(tenant, user)
         gone: set[str] = set()
         for start in range(0, len(ids), chunk):
-            gone |= await self._missing(partition, ids[start : start + chunk])
+            gone |= await self._missing(partition, ids[start : start + chunk], FRESH)
         return gone
 
     async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
@@ -253,6 +261,7 @@ class VectorStore:
                 limit=limit,
                 output_fields=fields,
                 search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
+                consistency_level=SESSION,
                 timeout=RPC_TIMEOUT_S,
             )
         )
@@ -281,6 +290,7 @@ class VectorStore:
                 self.collection,
                 filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids),
                 output_fields=OUTPUT_FIELDS,
+                consistency_level=SESSION,
                 timeout=RPC_TIMEOUT_S,
             )
         )
@@ -313,6 +323,7 @@ class VectorStore:
                 output_fields=OUTPUT_FIELDS,
                 limit=limit,
                 offset=offset,
+                consistency_level=SESSION,
                 timeout=RPC_TIMEOUT_S,
             )
         )
@@ -325,6 +336,7 @@ class VectorStore:
                 filter=milvus_filter(tenant_id=tenant, session_id=session),
                 output_fields=["id"],
                 limit=16384,
+                consistency_level=FRESH,
                 timeout=RPC_TIMEOUT_S,
             )
         )

@@ -29,15 +29,16 @@ async def _stores(env: dict) -> Stores:
     return await Stores.connect(settings)
 
 
-def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: SentenceEncoder):
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
+@pytest.mark.parametrize("engine", ["lite", "server"])
+def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: SentenceEncoder, engine: str):
+    servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine=engine).start()
     try:
-        asyncio.run(_scenario(servers, encoder))
+        asyncio.run(_scenario(servers, encoder, engine))
     finally:
         servers.stop()
 
 
-async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder) -> None:
+async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine: str) -> None:
     stores = await _stores(servers.env)
     try:
         texts = [f"user a said thing number {i} about the trip to Lisbon" for i in range(30)]
@@ -63,11 +64,14 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder) -> None
         top = await stores.vectors.search_dense_ids("t", "a", encoder.encode([texts[3]])[0], limit=1)
         assert top[0][0] == "m3" and top[0][1] == pytest.approx(1.0, abs=1e-3)
 
-        # A restarted Milvus is counted when a replica finds the collection released.
-        servers.backends["milvus"].stop()
-        servers.restart("milvus")
-        await stores.vectors.fetch("t", "a", ["m1"])  # a read: the client reloads the collection
-        assert await stores.milvus_reloads() > reloads
+        if engine == "lite":
+            # A restarted Milvus Lite has released the collection: the client loads it again at the
+            # next read and counts it, so the memorizer repairs what Milvus Lite lost. (A restarted
+            # server loads its collections itself and keeps what it acknowledged: test_crash_durability.)
+            servers.backends["milvus"].stop()
+            servers.restart("milvus")
+            assert [h.id for h in await stores.vectors.fetch("t", "a", ["m1"])] == ["m1"]
+            assert await stores.milvus_reloads() > reloads
         found = await stores.vectors.fetch("t", "a", [f"m{i}" for i in range(20)])
         assert len(found) == 19
     finally:

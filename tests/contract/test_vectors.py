@@ -1,4 +1,4 @@
-"""Vector store contract against a real Milvus Lite server."""
+"""Vector store contract against a real Milvus Lite and a real Milvus standalone server."""
 
 import uuid
 
@@ -19,8 +19,8 @@ def collection() -> str:
 
 
 @pytest.fixture
-async def vectors(backends, collection):
-    store = VectorStore(backends.env["MILVUS_URI"], collection, DIM)
+async def vectors(milvus_uri, collection):
+    store = VectorStore(milvus_uri, collection, DIM)
     yield store
     await store.close()
 

@@ -1,0 +1,142 @@
+"""A real Milvus standalone server from the `milvus` wheel (2.3): HNSW, partition pruning, flush and
+restart behaviour of a server, on loopback, with its data under one directory.
+
+The wheel's own `MilvusServer` gives the binary one second to stop before killing it and picks its
+ports anew on every start, so this module uses only its config renderer and unpacker and runs the
+binary itself: one process group, stopped with SIGTERM like the other backends, and the same ports
+on every start (kept in `ports.json`), so its embedded etcd finds the member it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from serve_app.embedded.launchers import LOOPBACK, Backend, LaunchError, _spawn, _wait, free_listen_port, port_open
+
+# Milvus's internal servers, each on a port of its own (the wheel's config names them so).
+INTERNAL_PORTS = (
+    "root_coord_port",
+    "proxy_internal_port",
+    "query_coord_port",
+    "query_node_port",
+    "index_coord_port",
+    "index_node_port",
+    "data_coord_port",
+    "data_node_port",
+)
+ROLES = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode", "dataCoord", "dataNode")
+# Extra settings over the wheel's template (dotted keys of milvus.yaml).
+SERVER_SETTINGS: dict[str, object] = {
+    # Two DML channels instead of sixteen: one machine, and each channel costs a consumer and ticks.
+    "rootCoord.dmlChannelNum": 2,
+    # A restart after a crash waits for the dead process's sessions to expire before it loads again.
+    "common.session.ttl": 10,
+    # Loopback only: by default each role advertises the machine's first address.
+    **{f"{role}.ip": LOOPBACK for role in ROLES},
+}
+# Milvus 2.3 standalone often hangs in its own shutdown (the proxy retries a root coordinator that
+# has already stopped): a short grace, then SIGKILL, which its write-ahead log (rocksmq) survives.
+STOP_GRACE_S = 5.0
+
+
+def _ports(directory: Path, proxy_port: int) -> dict[str, int]:
+    """This data directory's ports: chosen once, then the same on every start."""
+    path = directory / "ports.json"
+    try:
+        ports = json.loads(path.read_text())
+    except (OSError, ValueError):
+        names = (*INTERNAL_PORTS, "etcd_port", "etcd_peer_port", "metrics_port")
+        ports = {name: free_listen_port(LOOPBACK) for name in names}
+    ports["proxy_port"] = proxy_port
+    path.write_text(json.dumps(ports))
+    return ports
+
+
+def _etcd_config(directory: Path, ports: dict[str, int]) -> Path:
+    """The embedded etcd's own config: by default it listens on 2379/2380, which a second server
+    (or any etcd of the machine) already holds."""
+    peer = f"http://{LOOPBACK}:{ports['etcd_peer_port']}"
+    client = f"http://{LOOPBACK}:{ports['etcd_port']}"
+    path = directory / "configs" / "etcd.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"name: default\nlisten-peer-urls: {peer}\ninitial-advertise-peer-urls: {peer}\n"
+        f"initial-cluster: default={peer}\nlisten-client-urls: {client}\nadvertise-client-urls: {client}\n"
+    )
+    return path
+
+
+def _healthy(port: int) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/healthz", timeout=1) as response:
+            return b"OK" in response.read()
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _serving(port: int) -> bool:
+    """Every collection that was loaded is loaded again and answers a Strong read: after a crash the
+    server reports healthy well before it has replayed its log, and until then a read that does not
+    wait answers from part of the data."""
+    from pymilvus import MilvusClient
+    from pymilvus.client.types import LoadState
+
+    client = None
+    try:
+        client = MilvusClient(uri=f"http://{LOOPBACK}:{port}", timeout=5)
+        for name in client.list_collections(timeout=5):
+            state = client.get_load_state(name, timeout=5).get("state")
+            if state == LoadState.NotLoad:
+                continue
+            if state != LoadState.Loaded:
+                return False
+            client.query(name, filter="", limit=1, output_fields=["id"], consistency_level="Strong", timeout=5)
+        return True
+    except Exception:  # a readiness probe: any failure (refused, deadline, not loaded yet) means not yet
+        return False
+    finally:
+        if client is not None:
+            client.close()
+
+
+def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Backend:
+    """Milvus standalone (embedded etcd, rocksmq, local storage) serving gRPC on `port`."""
+    try:
+        import milvus
+    except ImportError as exc:
+        raise LaunchError("the Milvus server engine needs the `milvus` wheel: pip install 'agent-memory-serve[server]'") from exc
+    directory = (data_dir / "milvus-server").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    ports = _ports(directory, port)
+    config = milvus.MilvusServerConfig(data_dir=str(directory))
+    for key, value in SERVER_SETTINGS.items():
+        config.set(key, value)
+    # The wheel's `resolve()` would test-bind each port without SO_REUSEADDR and so refuse the ports
+    # of a server that just stopped (their connections linger in TIME_WAIT): render the config directly.
+    config.resolve_storage()
+    for name, value in ports.items():
+        config.set(name, value)
+    config.write_config()
+    if port_open(port):
+        raise LaunchError(f"port {port} for milvus is already in use (another memserve up? try memserve down)")
+    milvus._initialize_data_files(str(directory))  # unpacks the binary and its libraries once
+    binary = directory / "bin" / "milvus"
+    env = {
+        **os.environ,
+        "DEPLOY_MODE": "STANDALONE",
+        "METRICS_PORT": str(ports["metrics_port"]),
+        "MILVUS_RUN_DIR": str(directory / "run"),
+        # Milvus reads ETCD_CONFIG_PATH as etcd.config.path, which the wheel's template lacks.
+        "ETCD_CONFIG_PATH": str(_etcd_config(directory, ports)),
+        "LD_LIBRARY_PATH": ":".join(p for p in (str(binary.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p),
+    }
+    log_path = data_dir / "logs" / "milvus-server.log"
+    process = _spawn("milvus", [str(binary), "run", "standalone"], log_path, cwd=str(directory), env=env)
+    backend = Backend("milvus", process, f"http://{LOOPBACK}:{port}", log_path, stop_timeout_s=STOP_GRACE_S)
+    _wait(lambda: _healthy(ports["metrics_port"]) and _serving(port), backend, timeout_s)
+    return backend
