@@ -96,12 +96,16 @@ def port_open(port: int, host: str = LOOPBACK) -> bool:
 
 def _wait(check: Callable[[], bool], backend: Backend, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not backend.alive():
-            raise LaunchError(f"{backend.name} exited: see {backend.log_path}\n{_tail(backend.log_path)}")
-        if check():
-            return
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            if not backend.alive():
+                raise LaunchError(f"{backend.name} exited: see {backend.log_path}\n{_tail(backend.log_path)}")
+            if check():
+                return
+            time.sleep(0.1)
+    except BaseException:  # a probe that raised, or Ctrl-C: never leave the server running unowned
+        backend.kill()
+        raise
     backend.stop()
     raise LaunchError(f"{backend.name} did not come up in {timeout_s:.0f}s: see {backend.log_path}")
 

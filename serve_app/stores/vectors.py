@@ -214,19 +214,24 @@ class VectorStore:
         bench/reliability.py). So the collection is loaded first, and missing rows are written again.
         """
         await self._ensure_loaded()
-        by_partition: dict[str, list[dict[str, Any]]] = {}
+        pending: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
-            by_partition.setdefault(self.partition(row.tenant_id, row.user_id), []).append(milvus_record(row))
-        for partition, records in by_partition.items():
-            for attempt in range(3):
-                await self.client.upsert(self.collection, records, partition_name=partition, timeout=RPC_TIMEOUT_S)
-                missing = await self._missing(partition, [r["id"] for r in records], SESSION)
-                if not missing:
-                    break
-                if attempt == 2:
-                    raise ConnectionError(f"Milvus did not keep {len(missing)} upserted rows; retry later")
-                await self._ensure_loaded()
-                records = [r for r in records if r["id"] in missing]
+            pending.setdefault(self.partition(row.tenant_id, row.user_id), []).append(milvus_record(row))
+        for attempt in range(3):
+            # Every partition's upsert, then every read-back at once: a server answers a read of
+            # fresh writes at its next time tick, so read-backs one after another would each wait one.
+            partitions = list(pending)
+            await asyncio.gather(
+                *(self.client.upsert(self.collection, pending[p], partition_name=p, timeout=RPC_TIMEOUT_S) for p in partitions)
+            )
+            missing = await asyncio.gather(*(self._missing(p, [r["id"] for r in pending[p]], SESSION) for p in partitions))
+            pending = {p: [r for r in pending[p] if r["id"] in gone] for p, gone in zip(partitions, missing, strict=True) if gone}
+            if not pending:
+                return len(rows)
+            if attempt == 2:
+                lost = sum(len(records) for records in pending.values())
+                raise ConnectionError(f"Milvus did not keep {lost} upserted rows; retry later")
+            await self._ensure_loaded()
         return len(rows)
 
     async def _missing(self, partition: str, ids: list[str], consistency: str) -> set[str]:

@@ -70,7 +70,7 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine:
             # server loads its collections itself and keeps what it acknowledged: test_crash_durability.)
             servers.backends["milvus"].stop()
             servers.restart("milvus")
-            assert [h.id for h in await stores.vectors.fetch("t", "a", ["m1"])] == ["m1"]
+            await stores.vectors.fetch("t", "a", ["m1"])  # a read: the client reloads the collection
             assert await stores.milvus_reloads() > reloads
         found = await stores.vectors.fetch("t", "a", [f"m{i}" for i in range(20)])
         assert len(found) == 19
