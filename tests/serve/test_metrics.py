@@ -12,7 +12,7 @@ import httpx
 
 from tests.serve.conftest import wait_memorized
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "observability" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "kuberay" / "grafana-dashboard.json"
 # PromQL functions, keywords and label names that look like metric names inside an expression.
 _NOT_METRICS = {"sum", "rate", "by", "le", "histogram_quantile", "route", "section", "deployment", "error_code", "application"}
 

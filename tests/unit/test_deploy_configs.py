@@ -94,8 +94,12 @@ def test_kustomize_renders_every_part(rendered):
         assert f"StatefulSet/{name}" in kinds and f"Service/{name}" in kinds
 
 
+def _builtin(doc: dict) -> bool:
+    return doc["kind"] != "RayService" and not doc["apiVersion"].startswith("monitoring.coreos.com/")
+
+
 def test_builtin_kinds_validate_against_strict_kubernetes_schemas(rendered):
-    errors = [e for doc in rendered if doc["kind"] != "RayService" for e in kubernetes_errors(doc)]
+    errors = [e for doc in rendered if _builtin(doc) for e in kubernetes_errors(doc)]
     assert errors == []
 
 
@@ -135,7 +139,8 @@ def test_cluster_shape(rendered):
         assert group["minReplicas"] <= group["maxReplicas"]
         container = group["template"]["spec"]["containers"][0]
         assert container["resources"]["requests"] and container["resources"]["limits"]
-        assert container["readinessProbe"]
+        # KubeRay injects a probe on RayService workers (raylet and Serve proxy); ours would replace it.
+        assert "readinessProbe" not in container
     envs = [e for g in groups.values() for e in g["template"]["spec"]["containers"][0]["env"]]
     secrets_inlined = [e for e in envs if "PASSWORD" in e["name"] and "value" in e]
     assert secrets_inlined == []
@@ -173,3 +178,101 @@ def test_side_ports_of_a_local_ray_stay_out_of_the_ephemeral_range():
     env = throughput_env()
     ports = [int(env[var]) for var in SIDE_PORT_VARS if var in env]
     assert ports and all(1024 <= port < _ephemeral_low() for port in ports)
+
+
+def _one(rendered: list[dict], kind: str, name: str | None = None) -> dict:
+    (doc,) = [d for d in rendered if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    return doc
+
+
+def _groups(rendered: list[dict]) -> dict[str, dict]:
+    cluster = _one(rendered, "RayService")["spec"]["rayClusterConfig"]
+    return {"head": cluster["headGroupSpec"], **{g["groupName"]: g for g in cluster["workerGroupSpecs"]}}
+
+
+def _kuberay_pod_labels(group: str) -> dict[str, str]:
+    """The labels KubeRay puts on every pod of a group (the RayCluster's name is generated)."""
+    node_type = "head" if group == "head" else "worker"
+    return {"ray.io/is-ray-node": "yes", "ray.io/node-type": node_type, "ray.io/group": "headgroup" if group == "head" else group}
+
+
+def test_no_rayservice_field_kuberay_ignores(rendered):
+    spec = _one(rendered, "RayService")["spec"]
+    assert not {"serviceUnhealthySecondThreshold", "deploymentUnhealthySecondThreshold"} & set(spec)
+
+
+def test_gcs_fault_tolerance_uses_the_redis_service_with_its_secret(rendered):
+    options = _one(rendered, "RayService")["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
+    redis = _one(rendered, "Service", "memserve-redis")
+    host, port = options["redisAddress"].removeprefix("redis://").split(":")
+    assert host == redis["metadata"]["name"] and int(port) in {p["port"] for p in redis["spec"]["ports"]}
+    assert options["redisPassword"]["valueFrom"]["secretKeyRef"] == {"name": "memserve-secrets", "key": "redis-password"}
+
+
+def test_disruption_budget_selects_only_the_cpu_workers(rendered):
+    budget = _one(rendered, "PodDisruptionBudget")
+    wanted = budget["spec"]["selector"]["matchLabels"]
+    matched = [g for g in _groups(rendered) if wanted.items() <= _kuberay_pod_labels(g).items()]
+    assert matched == ["cpu"] and budget["spec"]["maxUnavailable"] == 1
+
+
+def test_gpu_group_matches_the_llm_app(rendered):
+    llm = yaml.safe_load((ROOT / "configs" / "cluster.yaml").read_text())["applications"][0]["args"]["llm_configs"][0]
+    groups = _groups(rendered)
+    gpu = groups["gpu"]
+    scaling = llm["deployment_config"]["autoscaling_config"]
+    assert (gpu["minReplicas"], gpu["maxReplicas"]) == (scaling["min_replicas"], scaling["max_replicas"])
+    spec = gpu["template"]["spec"]
+    container = spec["containers"][0]
+    assert spec["nodeSelector"] and llm["accelerator_type"] in next(iter(spec["nodeSelector"].values()))
+    assert container["resources"]["requests"]["ephemeral-storage"]
+    # The weights come from the pre-pulled volume, read-only: model_source is a path inside it.
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    mounts = [m for m in container["volumeMounts"] if m["name"] in claims]
+    assert any(llm["model_loading_config"]["model_source"].startswith(m["mountPath"] + "/") and m["readOnly"] for m in mounts)
+    assert {c for c in claims.values()} <= {d["metadata"]["name"] for d in rendered if d["kind"] == "PersistentVolumeClaim"}
+    # Only the GPU group carries the CUDA image.
+    images = {name: g["template"]["spec"]["containers"][0]["image"] for name, g in groups.items()}
+    assert images["gpu"] != images["head"] == images["cpu"]
+    pull = _one(rendered, "Job", "memserve-model-pull")["spec"]["template"]["spec"]["containers"][0]
+    assert [e["valueFrom"]["secretKeyRef"]["name"] for e in pull["env"] if e["name"] == "HF_TOKEN"] == ["memserve-hf"]
+
+
+def test_pod_monitor_scrapes_every_ray_pod_on_a_declared_port(rendered):
+    monitor = _one(rendered, "PodMonitor")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [_one(rendered, "Namespace")["metadata"]["name"]]
+    (port,) = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    for name, group in _groups(rendered).items():
+        assert wanted.items() <= _kuberay_pod_labels(name).items(), name
+        ports = {p["name"]: p["containerPort"] for p in group["template"]["spec"]["containers"][0].get("ports", [])}
+        assert ports.get(port) == 8080, name  # Ray's metrics export port under KubeRay
+
+
+def _declared_service_metrics() -> set[str]:
+    """The metric names the service declares (ray.util.metrics), as Prometheus sees them."""
+    import re
+
+    sources = [*(ROOT / "serve_app").rglob("*.py"), *(ROOT / "deployments").rglob("*.py")]
+    pattern = re.compile(r"metrics\.(Counter|Gauge|Histogram)\(\s*\"(memserve_[a-z_]+)\"")
+    names = set()
+    for source in sources:
+        for kind, name in pattern.findall(source.read_text()):
+            suffixes = {"Counter": ["_total"], "Gauge": [""], "Histogram": ["_bucket", "_sum", "_count"]}[kind]
+            names |= {f"ray_{name}{suffix}" for suffix in suffixes}
+    return names
+
+
+def test_every_alert_queries_a_metric_the_service_or_ray_exports(rendered):
+    import re
+
+    from tests.serve.test_metrics import _NOT_METRICS, dashboard_metrics
+
+    rules = [r for group in _one(rendered, "PrometheusRule")["spec"]["groups"] for r in group["rules"]]
+    assert {"MemserveMemorizationLagHigh", "MemserveHigh5xxRate", "MemserveSummaryFallbacks"} <= {r["alert"] for r in rules}
+    # Serve's own metrics: those the dashboard queries, which tests/serve/test_metrics.py finds exported.
+    known = _declared_service_metrics() | {m for m in dashboard_metrics() if m.startswith("ray_serve_")}
+    for rule in rules:
+        expr = re.sub(r"\[[^\]]*\]", "", re.sub(r"\{[^}]*\}", "", rule["expr"]))
+        used = {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in _NOT_METRICS and w.startswith("ray_")}
+        assert used and used <= known, (rule["alert"], used - known)
