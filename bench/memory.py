@@ -28,6 +28,7 @@ GROUPS = (
     ("ServeController", "serve: controller"),
     ("postgres", "PostgreSQL"),
     ("redis-server", "Redis"),
+    ("milvus run standalone", "Milvus server"),
     ("milvus", "Milvus Lite"),
     ("raylet", "Ray: raylet"),
     ("gcs_server", "Ray: GCS"),
