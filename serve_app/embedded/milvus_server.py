@@ -86,9 +86,11 @@ def _serving(port: int) -> bool:
     from pymilvus import MilvusClient
     from pymilvus.client.types import LoadState
 
+    from serve_app.stores.vectors import GRPC_OPTIONS
+
     client = None
     try:
-        client = MilvusClient(uri=f"http://{LOOPBACK}:{port}", timeout=5)
+        client = MilvusClient(uri=f"http://{LOOPBACK}:{port}", timeout=5, grpc_options=GRPC_OPTIONS)
         for name in client.list_collections(timeout=5):
             state = client.get_load_state(name, timeout=5).get("state")
             if state == LoadState.NotLoad:

@@ -43,6 +43,11 @@ RPC_TIMEOUT_S = 10.0
 # (Milvus Lite serves every read from what it holds and ignores the level.)
 FRESH = "Strong"
 SESSION = "Session"
+# pymilvus pings every 10 s even on an idle connection, and Milvus Lite's gRPC server (grpc's
+# defaults) answers such pings with GOAWAY "too many pings": the shared connection of that address is
+# then dead for every client that reuses it. Pings only while a call is in flight; a connection that
+# broke meanwhile fails the next call within its bound instead.
+GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False, "grpc.keepalive_time_ms": 60_000}
 T = TypeVar("T")
 logger = logging.getLogger("ray.serve")
 
@@ -107,7 +112,7 @@ def ensure_collection(uri: str, name: str, dim: int, token: str = "", partitions
 
     Uses the sync client: Milvus Lite's async client cannot create collections.
     """
-    client = MilvusClient(uri=uri, token=token)
+    client = MilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
     try:
         if not client.has_collection(name):
             schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -138,7 +143,7 @@ class VectorStore:
         self.partitions = ensure_collection(uri, collection, dim, token, partitions)
         if self.partitions < 1:
             raise RuntimeError(f"collection {collection!r} predates partitioned storage: use another milvus_collection")
-        self.client = AsyncMilvusClient(uri=uri, token=token)
+        self.client = AsyncMilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
         self.collection = collection
         self.dim = dim
         # Called after this client loaded a released collection: Milvus restarted, and Milvus Lite

@@ -13,6 +13,7 @@ from pymilvus import MilvusClient
 
 from serve_app.settings import Settings
 from serve_app.stores.bundle import MILVUS_RELOADS_KEY
+from serve_app.stores.vectors import GRPC_OPTIONS
 
 
 def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):
@@ -20,7 +21,7 @@ def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):
     texts = ["Keeps the spare key under the blue pot.", "Flies to Osaka on 14 March.", "Allergic to penicillin."]
     ids = [client.post(f"/v1/users/{user}/memories", json={"text": t}).raise_for_status().json()["id"] for t in texts]
 
-    milvus = MilvusClient(uri=backends.env["MILVUS_URI"])
+    milvus = MilvusClient(uri=backends.env["MILVUS_URI"], grpc_options=GRPC_OPTIONS)
     try:
         milvus.delete(Settings().milvus_collection, filter=f'id in ["{ids[0]}", "{ids[2]}"]')
     finally:
