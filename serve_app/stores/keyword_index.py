@@ -2,9 +2,10 @@
 
 One row per memory and one posting per (memory, term), keyed by tenant and user first, so a query
 reads only the postings of its own terms for its own user through one index range scan: the score
-is computed by PostgreSQL in one statement, with document frequencies and average length taken from
-that user's memories. Persistent, transactional with its writes, and erased with the user's facts.
-Terms arrive normalized (`core.keywords`), so no text search configuration is involved.
+is computed by PostgreSQL in one statement, with the user's memory count, total length and each
+term's document frequency read from the statistics that triggers keep as the index changes
+(migration 6): a search reads the postings of its terms, never every memory of the user.
+Persistent, transactional with its writes, and erased with the user's facts. Terms arrive normalized (`core.keywords`), so no text search configuration is involved.
 """
 
 from __future__ import annotations
@@ -32,32 +33,27 @@ def keyword_text(row: MemoryRow) -> str:
 
 _SEARCH = """
 WITH stats AS (
-    SELECT count(*)::float8 AS n, coalesce(avg(length), 1)::float8 AS avgdl
-    FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2
-), postings AS (
-    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER per_term::float8 AS df,
-           row_number() OVER per_term = 1 AS first_of_term
-    FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND term = ANY($3::text[])
-    WINDOW per_term AS (PARTITION BY term)
-), weighted AS (
-    SELECT p.*, ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5)) AS idf, p.length / s.avgdl AS relative_length, s.n
-    FROM postings p CROSS JOIN stats s
+    SELECT n::float8 AS n, CASE WHEN n > 0 THEN total_length::float8 / n ELSE 1 END AS avgdl
+    FROM memory_user_stats WHERE tenant_id = $1 AND user_id = $2
+), terms AS (
+    SELECT t.term, ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5)) AS idf
+    FROM memory_term_stats t CROSS JOIN stats s
+    WHERE t.tenant_id = $1 AND t.user_id = $2 AND t.term = ANY($3::text[]) AND t.df > 0
 ), scored AS (
-    SELECT memory_id,
-           sum(idf * tf * ($5::float8 + 1) / (tf + $5::float8 * (1 - $6::float8 + $6::float8 * relative_length))) AS score,
-           sum(idf) AS matched_idf,
-           -- each present term has one first posting: summed over all memories, the idf of the query's present terms
-           sum(sum(idf) FILTER (WHERE first_of_term)) OVER () AS present_idf,
-           (sum(count(*) FILTER (WHERE first_of_term)) OVER ())::int AS present,
-           min(n) AS n
-    FROM weighted
-    GROUP BY memory_id
-    ORDER BY score DESC, memory_id
+    SELECT p.memory_id,
+           sum(t.idf * p.tf * ($5::float8 + 1)
+               / (p.tf + $5::float8 * (1 - $6::float8 + $6::float8 * p.length / s.avgdl))) AS score,
+           sum(t.idf) AS matched_idf
+    FROM memory_postings p JOIN terms t ON t.term = p.term CROSS JOIN stats s
+    WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.term = ANY($3::text[])
+    GROUP BY p.memory_id
+    ORDER BY score DESC, p.memory_id
     LIMIT $4
 )
-SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score,
-       sc.matched_idf, sc.present_idf, sc.present, sc.n
+SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score, sc.matched_idf,
+       (SELECT sum(idf) FROM terms) AS present_idf, (SELECT count(*) FROM terms)::int AS present, s.n
 FROM scored sc
+CROSS JOIN stats s
 JOIN memory_keywords k ON k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = sc.memory_id
 ORDER BY sc.score DESC, sc.memory_id
 """
@@ -331,6 +327,14 @@ async def _lock_user(conn: asyncpg.Connection, tenant: str, user: str) -> None:
     """Writers of one user take turns (two memorizers replacing the same postings would otherwise
     deadlock on each other's rows); other users are not held up."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}")
+    # The user's statistics row first, as a delete does (its keyword rows, then its postings): the
+    # triggers of migration 6 then lock one user's rows in the same order on every path.
+    await conn.execute(
+        "INSERT INTO memory_user_stats (tenant_id, user_id, n, total_length) VALUES ($1, $2, 0, 0)"
+        " ON CONFLICT (tenant_id, user_id) DO UPDATE SET n = memory_user_stats.n",
+        tenant,
+        user,
+    )
 
 
 async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, group: list[MemoryRow]) -> dict[str, int]:

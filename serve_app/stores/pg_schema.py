@@ -93,6 +93,95 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX audit_log_tenant ON audit_log (tenant_id, id DESC);
         """,
     ),
+    (
+        6,
+        """
+        -- BM25's statistics kept as the index changes, so a search reads one row per user and one
+        -- per query term instead of counting every memory and posting of the user. Kept by
+        -- statement triggers, so every writer (this code, an older replica during an upgrade, a
+        -- manual DELETE) keeps them right; each applies its deltas in key order, so two writers
+        -- never lock the same rows in opposite orders.
+        -- No write may land between the counts below and the triggers that keep them.
+        LOCK TABLE memory_keywords, memory_postings IN SHARE ROW EXCLUSIVE MODE;
+        CREATE TABLE memory_user_stats (
+            tenant_id    TEXT NOT NULL,
+            user_id      TEXT NOT NULL,
+            n            BIGINT NOT NULL,
+            total_length BIGINT NOT NULL,
+            PRIMARY KEY (tenant_id, user_id)
+        );
+        CREATE TABLE memory_term_stats (
+            tenant_id TEXT NOT NULL,
+            user_id   TEXT NOT NULL,
+            term      TEXT NOT NULL,
+            df        BIGINT NOT NULL,
+            PRIMARY KEY (tenant_id, user_id, term)
+        );
+        INSERT INTO memory_user_stats
+            SELECT tenant_id, user_id, count(*), coalesce(sum(length), 0) FROM memory_keywords GROUP BY 1, 2;
+        INSERT INTO memory_term_stats
+            SELECT tenant_id, user_id, term, count(*) FROM memory_postings GROUP BY 1, 2, 3;
+
+        -- One function per event (a statement trigger with transition tables has one event), each
+        -- adding its deltas in key order.
+        CREATE FUNCTION memory_user_stats_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO memory_user_stats AS s (tenant_id, user_id, n, total_length)
+            SELECT tenant_id, user_id, count(*), sum(length) FROM new_rows GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (tenant_id, user_id) DO UPDATE
+                SET n = s.n + EXCLUDED.n, total_length = s.total_length + EXCLUDED.total_length;
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION memory_user_stats_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO memory_user_stats AS s (tenant_id, user_id, n, total_length)
+            SELECT n.tenant_id, n.user_id, 0, sum(n.length - o.length)
+            FROM new_rows n JOIN old_rows o USING (tenant_id, user_id, memory_id) GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (tenant_id, user_id) DO UPDATE
+                SET n = s.n + EXCLUDED.n, total_length = s.total_length + EXCLUDED.total_length;
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION memory_user_stats_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO memory_user_stats AS s (tenant_id, user_id, n, total_length)
+            SELECT tenant_id, user_id, -count(*), -sum(length) FROM old_rows GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (tenant_id, user_id) DO UPDATE
+                SET n = s.n + EXCLUDED.n, total_length = s.total_length + EXCLUDED.total_length;
+            -- A forgotten user leaves nothing behind (rows this statement has just locked).
+            DELETE FROM memory_user_stats s USING (SELECT DISTINCT tenant_id, user_id FROM old_rows) d
+            WHERE s.tenant_id = d.tenant_id AND s.user_id = d.user_id AND s.n <= 0;
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION memory_term_stats_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO memory_term_stats AS s (tenant_id, user_id, term, df)
+            SELECT tenant_id, user_id, term, count(*) FROM new_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+            ON CONFLICT (tenant_id, user_id, term) DO UPDATE SET df = s.df + EXCLUDED.df;
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION memory_term_stats_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO memory_term_stats AS s (tenant_id, user_id, term, df)
+            SELECT tenant_id, user_id, term, -count(*) FROM old_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+            ON CONFLICT (tenant_id, user_id, term) DO UPDATE SET df = s.df + EXCLUDED.df;
+            -- A term no memory holds any more is not kept: its word would outlive a forget.
+            DELETE FROM memory_term_stats s USING (SELECT DISTINCT tenant_id, user_id, term FROM old_rows) d
+            WHERE s.tenant_id = d.tenant_id AND s.user_id = d.user_id AND s.term = d.term AND s.df <= 0;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER memory_user_stats_insert AFTER INSERT ON memory_keywords
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_user_stats_on_insert();
+        CREATE TRIGGER memory_user_stats_update AFTER UPDATE ON memory_keywords
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION memory_user_stats_on_update();
+        CREATE TRIGGER memory_user_stats_delete AFTER DELETE ON memory_keywords
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_user_stats_on_delete();
+        CREATE TRIGGER memory_term_stats_insert AFTER INSERT ON memory_postings
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_insert();
+        CREATE TRIGGER memory_term_stats_delete AFTER DELETE ON memory_postings
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_delete();
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

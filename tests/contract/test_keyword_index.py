@@ -189,3 +189,78 @@ async def test_memories_of_an_older_analysis_are_indexed_again_resumably(backend
     finally:
         await stores.keywords.delete("t", user=user)
         await stores.close()
+
+
+# BM25 by scanning every memory and posting of the user: the statement the kept statistics replace,
+# kept here as the reference the fast one must equal.
+_SEARCH_BY_SCAN = """
+WITH stats AS (
+    SELECT count(*)::float8 AS n, coalesce(avg(length), 1)::float8 AS avgdl
+    FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2
+), postings AS (
+    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER (PARTITION BY term)::float8 AS df
+    FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND term = ANY($3::text[])
+)
+SELECT memory_id, sum(ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5)) * p.tf * 2.2
+                      / (p.tf + 1.2 * (0.25 + 0.75 * p.length / s.avgdl))) AS score
+FROM postings p CROSS JOIN stats s GROUP BY memory_id ORDER BY score DESC, memory_id
+"""
+
+
+async def _stats_drift(keywords: KeywordIndex, tenant: str) -> list:
+    """Rows where the kept statistics differ from a count over the index (empty when they agree)."""
+    return await keywords.pool.fetch(
+        """
+        WITH counted AS (
+            SELECT tenant_id, user_id, count(*) AS n, sum(length) AS total FROM memory_keywords
+            WHERE tenant_id = $1 GROUP BY 1, 2
+        ), terms AS (
+            SELECT tenant_id, user_id, term, count(*) AS df FROM memory_postings WHERE tenant_id = $1 GROUP BY 1, 2, 3
+        )
+        SELECT 'user' AS kind, coalesce(c.user_id, s.user_id) AS user_id, NULL AS term
+        FROM counted c FULL JOIN (SELECT * FROM memory_user_stats WHERE tenant_id = $1 AND n > 0) s
+            USING (tenant_id, user_id)
+        WHERE c.n IS DISTINCT FROM s.n OR c.total IS DISTINCT FROM s.total_length
+        UNION ALL
+        SELECT 'term', coalesce(t.user_id, s.user_id), coalesce(t.term, s.term)
+        FROM terms t FULL JOIN (SELECT * FROM memory_term_stats WHERE tenant_id = $1) s USING (tenant_id, user_id, term)
+        WHERE t.df IS DISTINCT FROM s.df
+        """,
+        tenant,
+    )
+
+
+async def test_kept_statistics_follow_every_write_and_search_equals_a_full_scan(keywords: KeywordIndex):
+    tenant = "stats-" + uuid.uuid4().hex[:6]
+    texts = [
+        "Alice bought a red lamp in Oslo for 40 euros",
+        "Bob repaired the lamp and the kettle on Monday",
+        "The kettle from Oslo broke again, ticket KT-4411",
+        "Alice and Bob painted the fence before the storm",
+        "Remember the locker code 4417 for the gym in Oslo",
+    ]
+    rows = [_row(tenant, user, f"s-{user}", i + 1, t) for user in ("ann", "ben") for i, t in enumerate(texts)]
+    await keywords.upsert(rows)
+    await keywords.upsert(rows[:3])  # a retry replaces the same rows
+    changed = _row(tenant, "ann", "s-ann", 2, "Bob repaired the kettle twice, then the lamp, then the kettle again")
+    await keywords.upsert([changed])  # re-indexed with other terms and another length
+    assert await _stats_drift(keywords, tenant) == []
+
+    for query in ("lamp oslo", "kettle ticket repaired", "alice bob fence storm", "locker 4417 gym", "nothing here"):
+        terms = list(dict.fromkeys(normalize(query).split()))
+        fast = [(h.id, h.score) for h in await keywords.search(tenant, "ann", " ".join(terms), limit=50)]
+        scanned = await keywords.pool.fetch(_SEARCH_BY_SCAN, tenant, "ann", terms)
+        assert [i for i, _ in fast] == [r["memory_id"] for r in scanned]
+        assert [s for _, s in fast] == pytest.approx([r["score"] for r in scanned], rel=1e-12)
+
+    assert await keywords.delete(tenant, memory_id=rows[0].id, user="ann") == 1
+    assert await keywords.delete(tenant, session="s-ben") == len(texts)  # every memory of ben
+    assert await _stats_drift(keywords, tenant) == []
+    # A forgotten user leaves no statistics behind: not even the words of their memories.
+    assert await keywords.delete(tenant, user="ann") == len(texts) - 1
+    left = await keywords.pool.fetchval(
+        "SELECT (SELECT count(*) FROM memory_user_stats WHERE tenant_id = $1)"
+        " + (SELECT count(*) FROM memory_term_stats WHERE tenant_id = $1)",
+        tenant,
+    )
+    assert left == 0 and await keywords.search(tenant, "ann", "lamp", limit=5) == []
