@@ -4,8 +4,9 @@ One row per memory and one posting per (memory, term), keyed by tenant and user 
 reads only the postings of its own terms for its own user through one index range scan: the score
 is computed by PostgreSQL in one statement, with the user's memory count, total length and each
 term's document frequency read from the statistics that triggers keep as the index changes
-(migration 6): a search reads the postings of its terms, never every memory of the user.
-Persistent, transactional with its writes, and erased with the user's facts. Terms arrive normalized (`core.keywords`), so no text search configuration is involved.
+(migration 6), never counted over every memory of the user. Persistent, transactional with its
+writes, and erased with the user's facts. Terms arrive normalized (`core.keywords`), so no text
+search configuration is involved.
 """
 
 from __future__ import annotations
