@@ -9,11 +9,13 @@ on every start (kept in `ports.json`), so its embedded etcd finds the member it 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
 
 from serve_app.embedded.launchers import LOOPBACK, Backend, LaunchError, _spawn, _wait, free_listen_port, port_open
+from serve_app.runtime.cache import cache_base
 
 # Milvus's internal servers, each on a port of its own (the wheel's config names them so).
 INTERNAL_PORTS = (
@@ -106,6 +108,17 @@ def _serving(port: int) -> bool:
             client.close()
 
 
+def _unpacked_binaries(milvus) -> Path:
+    """The wheel's binary and libraries (about 250 MB), unpacked once per machine and version and
+    shared by every data directory; under a lock, so no start runs a binary another is still writing."""
+    base = cache_base() / f"milvus-server-{milvus.__version__}"
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        milvus._initialize_data_files(str(base))  # skips files whose checksum is already there
+    return base / "bin"
+
+
 def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Backend:
     """Milvus standalone (embedded etcd, rocksmq, local storage) serving gRPC on `port`."""
     try:
@@ -126,8 +139,7 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
     config.write_config()
     if port_open(port):
         raise LaunchError(f"port {port} for milvus is already in use (another memserve up? try memserve down)")
-    milvus._initialize_data_files(str(directory))  # unpacks the binary and its libraries once
-    binary = directory / "bin" / "milvus"
+    binary = _unpacked_binaries(milvus) / "milvus"
     env = {
         **os.environ,
         "DEPLOY_MODE": "STANDALONE",

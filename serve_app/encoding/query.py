@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 from serve_app.encoding.sentence import TRACE_PROBES, TRACE_TOLERANCE, SentenceEncoder, bundled_model_path
+from serve_app.runtime.cache import cache_base
 
 logger = logging.getLogger("ray.serve")
 
@@ -35,10 +36,8 @@ BUILD_TIMEOUT_S = 600
 
 
 def cache_root() -> Path:
-    """`MEMSERVE_CACHE_DIR`, else the user's cache directory (a build is machine-specific)."""
-    configured = os.environ.get("MEMSERVE_CACHE_DIR")
-    base = Path(configured) if configured else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memserve"
-    return base / "query-encoder"
+    """Where the traced builds are kept (a build is machine-specific)."""
+    return cache_base() / "query-encoder"
 
 
 def _version(package: str) -> str:
