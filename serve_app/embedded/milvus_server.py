@@ -124,7 +124,7 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
     try:
         import milvus
     except ImportError as exc:
-        raise LaunchError("the Milvus server engine needs the `milvus` wheel: pip install 'agent-memory-serve[server]'") from exc
+        raise LaunchError("the Milvus server engine needs the `milvus` wheel (a dependency: reinstall the package)") from exc
     directory = (data_dir / "milvus-server").resolve()
     directory.mkdir(parents=True, exist_ok=True)
     ports = _ports(directory, port)
