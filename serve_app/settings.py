@@ -22,6 +22,11 @@ class Settings(BaseSettings):
         "redis://127.0.0.1:16379/0",
         validation_alias=AliasChoices("redis_url", "REDIS_URL", "MEMSERVE_REDIS_URL"),
     )
+    redis_cluster: bool = Field(
+        False,
+        description="redis_url names one node of a Redis Cluster: the client discovers the others and routes by slot "
+        "(redis-py has no URL scheme for cluster mode).",
+    )
     postgres_dsn: str = Field(
         "postgresql://postgres@127.0.0.1:15432/postgres",
         validation_alias=AliasChoices("postgres_dsn", "POSTGRES_DSN", "MEMSERVE_POSTGRES_DSN"),
@@ -121,7 +126,7 @@ class Settings(BaseSettings):
     )
 
     memorizer_sweep_interval_s: float = Field(
-        0.25, gt=0, description="How often each memorizer replica reads the pending set (one ZRANGE)."
+        0.25, gt=0, description="How often each memorizer replica reads the lanes (one pipeline over their shards)."
     )
     background_nice: int = Field(
         10,

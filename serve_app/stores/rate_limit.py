@@ -12,9 +12,8 @@ import math
 import time
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
-
 from serve_app.errors import RateLimited
+from serve_app.stores.redis_client import AnyRedis
 
 # KEYS: the key's arrival time. ARGV: now (ms), messages, limit per minute.
 # Returns 0 when allowed, else the milliseconds until the request would fit.
@@ -31,7 +30,7 @@ return 0
 
 
 class RateLimiter:
-    def __init__(self, redis: aioredis.Redis, clock: Callable[[], float] = time.time):
+    def __init__(self, redis: AnyRedis, clock: Callable[[], float] = time.time):
         self._spend = redis.register_script(_SPEND)
         self._clock = clock
 

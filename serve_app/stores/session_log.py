@@ -3,19 +3,31 @@
 Every multi-key change is one Lua script, so it is atomic on the server: a concurrent append is
 never lost, a retried client id is stored once, and a checkpoint is written by compare-and-set.
 The list index is the seq (RPUSH returns the new length), so seqs are gapless by construction.
+
+Key layout (Redis Cluster): a script may only touch keys of one slot. The memorizer's two lanes are
+therefore sharded (`LANE_SHARDS`), and every key of a session carries its lane shard's hash tag,
+so the append that stores a turn also enters the session in the embedding lane, atomically, as on a
+single Redis. The user's session index lives in the user's slot and is written after the append
+(`append`). The memorizer sweeps the lanes shard by shard.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import json
+import logging
+import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from serve_app.core.clock import now_ms
 from serve_app.errors import SessionOwnerError
+from serve_app.stores.redis_client import AnyRedis, connect
 
+# KEYS: meta, log, ids, the embedding lane (all of the session's slot). ARGV: user, ttl (s), now
+# (ms), lane member, message count, then (client id, message) per message.
 _APPEND = """
 local owner = redis.call('HGET', KEYS[1], 'user_id')
 if owner and owner ~= ARGV[1] then return {-1, owner} end
@@ -25,25 +37,24 @@ if not owner then
 end
 local out = {1}
 local added = 0
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[5])
 for i = 0, n - 1 do
-  local mid = ARGV[7 + 2 * i]
+  local mid = ARGV[6 + 2 * i]
   local existing = false
   if mid ~= '' then existing = redis.call('HGET', KEYS[3], mid) end
   if existing then
     out[#out + 1] = -tonumber(existing)
   else
-    local seq = redis.call('RPUSH', KEYS[2], ARGV[8 + 2 * i])
+    local seq = redis.call('RPUSH', KEYS[2], ARGV[7 + 2 * i])
     if mid ~= '' then redis.call('HSET', KEYS[3], mid, seq) end
     out[#out + 1] = seq
     added = added + 1
   end
 end
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
-if added > 0 then redis.call('ZADD', KEYS[5], 'NX', ARGV[3], ARGV[4]) end
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[5])
+if added > 0 then redis.call('ZADD', KEYS[4], 'NX', ARGV[3], ARGV[4]) end
 local ttl = tonumber(ARGV[2])
-for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
 return out
 """
 
@@ -112,11 +123,55 @@ if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 """
 
-PENDING_KEY = "ms:pending"
-"""The embedding lane: sessions with turns not yet memorized, scored by the oldest one's arrival."""
-LLM_PENDING_KEY = "ms:pending:llm"
-"""The LLM lane: sessions owed extraction, an LLM summary or its redo, scored by when they are due.
-Apart from the embedding lane, so that an LLM outage never holds up embedding."""
+LANE_SHARDS = 64
+"""Shards of each lane. Part of the key layout: a session's keys carry its shard's hash tag, so
+changing it moves every session (a migration, like `migrate_layout`). 64 slots spread sessions
+within one shard of even over up to about twenty cluster masters, and keep a sweep (every
+`memorizer_sweep_interval_s`) at a few hundred small commands, one round trip per node."""
+LAYOUT_KEY = "ms:layout"
+LAYOUT = "2"
+"""1: `ms:{tenant/session}:*` keys and one global zset per lane (a single Redis only)."""
+_OLD_PENDING_KEY = "ms:pending"
+_OLD_LLM_PENDING_KEY = "ms:pending:llm"
+_OLD_META = re.compile(r"^ms:\{(?!l\d+\})(?P<member>[^/]+/.+)\}:meta$")
+
+# Layout 1 -> 2 for one session, on a single Redis (every key reachable from one script). KEYS:
+# old meta, log, ids, old embedding lane, old LLM lane, new meta, log, ids, new embedding lane, new
+# LLM lane. ARGV: lane member. A session that already has new keys keeps them and its old ones stay.
+_MIGRATE_SESSION = """
+if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+for k = 1, 3 do
+  if redis.call('EXISTS', KEYS[k]) == 1 then redis.call('RENAME', KEYS[k], KEYS[k + 5]) end
+end
+for lane = 4, 5 do
+  local score = redis.call('ZSCORE', KEYS[lane], ARGV[1])
+  if score then
+    redis.call('ZADD', KEYS[lane + 5], score, ARGV[1])
+    redis.call('ZREM', KEYS[lane], ARGV[1])
+  end
+end
+return 1
+"""
+
+logger = logging.getLogger("ray.serve")
+
+
+def lane_shard(member: str) -> int:
+    """The lane shard of a session (`tenant/session`): stable across processes and versions."""
+    return zlib.crc32(member.encode()) % LANE_SHARDS
+
+
+def lane_keys(shard: int) -> tuple[str, str]:
+    """The embedding lane and the LLM lane of one shard.
+    The embedding lane: sessions with turns not yet memorized, scored by the oldest one's arrival.
+    The LLM lane: sessions owed extraction, an LLM summary or its redo, scored by when they are due;
+    apart from the embedding lane, so that an LLM outage never holds up embedding."""
+    return f"ms:{{l{shard}}}:pending", f"ms:{{l{shard}}}:pending:llm"
+
+
+def _member(raw: str) -> tuple[str, str]:
+    tenant, session = raw.split("/", 1)
+    return tenant, session
 
 
 @dataclass
@@ -146,16 +201,19 @@ def _glob_escape(text: str) -> str:
 
 
 class SessionLog:
-    """Async Redis client for session logs, checkpoints, cursors and the pending set."""
+    """Async Redis client for session logs, checkpoints, cursors and the two lanes.
+    `cluster`: the URL names one node of a Redis Cluster (redis-py has no URL scheme for it)."""
 
-    def __init__(self, url: str, ttl_s: int):
-        self.redis = aioredis.from_url(url, decode_responses=True, health_check_interval=30)
+    def __init__(self, url: str, ttl_s: int, *, cluster: bool = False):
+        self.cluster = cluster
+        self.redis: AnyRedis = connect(url, cluster=cluster)
         self.ttl_s = ttl_s
         self._append = self.redis.register_script(_APPEND)
         self._cas = self.redis.register_script(_CHECKPOINT_CAS)
         self._advance = self.redis.register_script(_ADVANCE_CURSOR)
         self._llm_done = self.redis.register_script(_LLM_PASS_DONE)
         self._lease_keep = self.redis.register_script(_LEASE_KEEP)
+        self._migrate_session = self.redis.register_script(_MIGRATE_SESSION)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -165,12 +223,16 @@ class SessionLog:
 
     @staticmethod
     def _base(tenant: str, session: str) -> str:
-        # One hash tag per session keeps its keys in one slot for Redis Cluster.
-        return f"ms:{{{tenant}/{session}}}"
+        # The lane shard's hash tag: the session's keys and its lane entries share one slot.
+        member = f"{tenant}/{session}"
+        return f"ms:{{l{lane_shard(member)}}}:s:{member}"
 
     def _keys(self, tenant: str, session: str) -> tuple[str, str, str]:
         base = self._base(tenant, session)
         return f"{base}:meta", f"{base}:log", f"{base}:ids"
+
+    def _lanes(self, tenant: str, session: str) -> tuple[str, str]:
+        return lane_keys(lane_shard(self.pending_member(tenant, session)))
 
     @staticmethod
     def user_sessions_key(tenant: str, user: str) -> str:
@@ -183,13 +245,21 @@ class SessionLog:
     async def append(self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]) -> AppendResult:
         """Append messages atomically; a message whose client id was seen returns its first seq."""
         meta, log, ids = self._keys(tenant, session)
-        args: list[Any] = [user, self.ttl_s, now_ms(), self.pending_member(tenant, session), session, len(messages)]
+        stamp = now_ms()
+        args: list[Any] = [user, self.ttl_s, stamp, self.pending_member(tenant, session), len(messages)]
         for message in messages:
             args += [message.get("id") or "", json.dumps(message, ensure_ascii=False, separators=(",", ":"))]
-        keys = [meta, log, ids, self.user_sessions_key(tenant, user), PENDING_KEY]
-        out = await self._append(keys=keys, args=args)
+        out = await self._append(keys=[meta, log, ids, self._lanes(tenant, session)[0]], args=args)
         if int(out[0]) == -1:
             raise SessionOwnerError(str(out[1]))
+        # The user's index is in the user's slot, so it is written once the append is stored (never
+        # for a refused one). Should this fail, the append is not acknowledged; the client's retry,
+        # with the same ids, stores nothing twice and writes the index.
+        index = self.user_sessions_key(tenant, user)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(index, {session: stamp})
+            pipe.expire(index, self.ttl_s)
+            await pipe.execute()
         raw = [int(x) for x in out[1:]]
         return AppendResult(seqs=[abs(x) for x in raw], duplicates=[x < 0 for x in raw])
 
@@ -257,7 +327,7 @@ class SessionLog:
         meta_key, log_key, _ = self._keys(tenant, session)
         member = self.pending_member(tenant, session)
         args = [upto_seq, member, "1" if done else "0", cursor, "1" if owes_llm else "0", now_ms()]
-        return int(await self._advance(keys=[meta_key, log_key, PENDING_KEY, LLM_PENDING_KEY], args=args))
+        return int(await self._advance(keys=[meta_key, log_key, *self._lanes(tenant, session)], args=args))
 
     def _lease_key(self, tenant: str, session: str, lane: str) -> str:
         return f"{self._base(tenant, session)}:lease:{lane}"
@@ -274,33 +344,62 @@ class SessionLog:
     async def release_lease(self, tenant: str, session: str, lane: str, holder: str) -> None:
         await self._lease_keep(keys=[self._lease_key(tenant, session, lane)], args=[holder, 0])
 
+    async def _oldest_scored(self, lane: int, limit: int, upto: int | None = None) -> list[tuple[str, str, int]]:
+        """The `limit` lowest-scored sessions of one lane (0 embedding, 1 LLM) over all its shards,
+        at most `upto`, with their scores: each shard's first `limit`, merged (one pipeline, a
+        round trip per node)."""
+        if limit <= 0:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(LANE_SHARDS):
+                key = lane_keys(shard)[lane]
+                pipe.zrangebyscore(key, "-inf", "+inf" if upto is None else upto, start=0, num=limit, withscores=True)
+            shards = await pipe.execute()
+        merged = heapq.merge(*shards, key=lambda entry: entry[1])
+        return [(*_member(member), int(score)) for member, score in list(merged)[:limit]]
+
+    async def _oldest(self, lane: int, limit: int, upto: int | None = None) -> list[tuple[str, str]]:
+        return [(tenant, session) for tenant, session, _ in await self._oldest_scored(lane, limit, upto)]
+
     async def llm_due(self, limit: int) -> list[tuple[str, str]]:
         """Sessions of the LLM lane whose pass is due now, longest waiting first."""
-        members = await self.redis.zrangebyscore(LLM_PENDING_KEY, "-inf", now_ms(), start=0, num=limit)
-        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
+        return await self._oldest(1, limit, upto=now_ms())
 
     async def llm_pass_done(self, tenant: str, session: str, *, seen_len: int, ok: bool, retry_ms: int) -> int:
         """Record an LLM pass over the log as it was at `seen_len` turns; returns the retry delay (ms)
         after a failure, 0 otherwise."""
         meta_key, log_key, _ = self._keys(tenant, session)
         args = [self.pending_member(tenant, session), seen_len, "1" if ok else "0", retry_ms, now_ms()]
-        return int(await self._llm_done(keys=[meta_key, log_key, LLM_PENDING_KEY], args=args))
+        return int(await self._llm_done(keys=[meta_key, log_key, self._lanes(tenant, session)[1]], args=args))
 
     async def lane_sizes(self) -> tuple[int, int]:
         """Sessions in the embedding lane and in the LLM lane."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(PENDING_KEY)
-            pipe.zcard(LLM_PENDING_KEY)
-            embedding, llm = await pipe.execute()
-        return int(embedding), int(llm)
+            for shard in range(LANE_SHARDS):
+                for key in lane_keys(shard):
+                    pipe.zcard(key)
+            sizes = [int(n) for n in await pipe.execute()]
+        return sum(sizes[0::2]), sum(sizes[1::2])
 
     async def tenant_lanes(self, tenant: str) -> tuple[int, int | None, int]:
         """The tenant's sessions in the embedding lane, the oldest one's first unmemorized append (ms),
         and its sessions in the LLM lane. The lanes are shared by all tenants: ZSCAN walks them in
         steps, so a long backlog of other tenants neither hides this one's nor blocks Redis."""
         match = f"{_glob_escape(tenant)}/*"
-        firsts = [int(score) async for _, score in self.redis.zscan_iter(PENDING_KEY, match=match, count=1000)]
-        llm = sum([1 async for _ in self.redis.zscan_iter(LLM_PENDING_KEY, match=match, count=1000)])
+        keys = [key for shard in range(LANE_SHARDS) for key in lane_keys(shard)]
+        async with self.redis.pipeline(transaction=False) as pipe:  # every shard's first step at once
+            for key in keys:
+                pipe.zscan(key, 0, match=match, count=1000)
+            steps = await pipe.execute()
+        found: list[list[int]] = []
+        for key, (cursor, entries) in zip(keys, steps, strict=True):
+            scores = [int(score) for _, score in entries]
+            while int(cursor):  # a long shard: the rest of its steps
+                cursor, entries = await self.redis.zscan(key, cursor, match=match, count=1000)
+                scores += [int(score) for _, score in entries]
+            found.append(scores)
+        firsts = [score for shard in found[0::2] for score in shard]
+        llm = sum(len(shard) for shard in found[1::2])
         return len(firsts), min(firsts, default=None), llm
 
     @staticmethod
@@ -321,9 +420,8 @@ class SessionLog:
         return {name: int(n) for name, n in (await self.redis.hgetall(self.stats_key(tenant))).items()}
 
     async def llm_pending(self, limit: int = 100) -> list[tuple[str, str]]:
-        """Every session of the LLM lane, due or backing off."""
-        members = await self.redis.zrange(LLM_PENDING_KEY, 0, limit - 1)
-        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
+        """Sessions of the LLM lane, due or backing off, soonest due first."""
+        return await self._oldest(1, limit)
 
     @staticmethod
     def tombstone_key(tenant: str, user: str) -> str:
@@ -347,12 +445,16 @@ class SessionLog:
 
     async def pending_since_ms(self, tenant: str, session: str) -> int | None:
         """When the session's oldest unmemorized turn arrived (its score in the pending set)."""
-        score = await self.redis.zscore(PENDING_KEY, self.pending_member(tenant, session))
+        score = await self.redis.zscore(self._lanes(tenant, session)[0], self.pending_member(tenant, session))
         return None if score is None else int(score)
 
     async def pending(self, limit: int = 100) -> list[tuple[str, str]]:
-        members = await self.redis.zrange(PENDING_KEY, 0, limit - 1)
-        return [tuple(m.split("/", 1)) for m in members]  # type: ignore[misc]
+        """Sessions of the embedding lane, the longest waiting first."""
+        return await self._oldest(0, limit)
+
+    async def pending_since(self, limit: int = 100) -> list[tuple[str, str, int]]:
+        """`pending`, each with its oldest unmemorized turn's arrival (ms)."""
+        return await self._oldest_scored(0, limit)
 
     async def user_sessions(self, tenant: str, user: str) -> list[tuple[str, int]]:
         """The user's live sessions, newest activity first; expired sessions are pruned on read."""
@@ -373,11 +475,41 @@ class SessionLog:
     async def delete(self, tenant: str, session: str) -> bool:
         meta_key, log_key, ids_key = self._keys(tenant, session)
         owner = await self.redis.hget(meta_key, "user_id")
-        async with self.redis.pipeline(transaction=True) as pipe:
+        embedding_lane, llm_lane = self._lanes(tenant, session)
+        async with self.redis.pipeline(transaction=True) as pipe:  # one slot: atomic on a cluster too
             pipe.delete(meta_key, log_key, ids_key)
-            pipe.zrem(PENDING_KEY, self.pending_member(tenant, session))
-            pipe.zrem(LLM_PENDING_KEY, self.pending_member(tenant, session))
-            if owner:
-                pipe.zrem(self.user_sessions_key(tenant, owner), session)
+            pipe.zrem(embedding_lane, self.pending_member(tenant, session))
+            pipe.zrem(llm_lane, self.pending_member(tenant, session))
             removed = (await pipe.execute())[0]
+        if owner:
+            await self.redis.zrem(self.user_sessions_key(tenant, owner), session)
         return bool(removed)
+
+    async def migrate_layout(self) -> int:
+        """Move layout 1's keys (`LAYOUT`) to this layout; returns the sessions moved. Idempotent, and
+        run by every replica as it connects: the first takes a lock, the others wait for it. Layout 1
+        never ran on a cluster (its append script spans slots), so a cluster has nothing to move."""
+        if self.cluster or await self.redis.get(LAYOUT_KEY) == LAYOUT:
+            return 0
+        lock = f"{LAYOUT_KEY}:migrating"
+        while not await self.redis.set(lock, "1", nx=True, px=120_000):
+            await asyncio.sleep(0.2)
+            if await self.redis.get(LAYOUT_KEY) == LAYOUT:
+                return 0
+        try:
+            moved = 0
+            async for key in self.redis.scan_iter(match="ms:{*}:meta", count=1000):
+                found = _OLD_META.match(key)
+                if found is None:
+                    continue
+                tenant, session = _member(found["member"])
+                old = f"ms:{{{tenant}/{session}}}"
+                keys = [f"{old}:meta", f"{old}:log", f"{old}:ids", _OLD_PENDING_KEY, _OLD_LLM_PENDING_KEY]
+                keys += [*self._keys(tenant, session), *self._lanes(tenant, session)]
+                moved += int(await self._migrate_session(keys=keys, args=[found["member"]]))
+            await self.redis.set(LAYOUT_KEY, LAYOUT)
+            if moved:
+                logger.info("session log: moved %d sessions to key layout %s", moved, LAYOUT)
+            return moved
+        finally:
+            await self.redis.delete(lock)

@@ -31,8 +31,8 @@ def scripted_model(call) -> str:
 
 
 @pytest.fixture
-async def stores(backends):
-    settings = Settings(**backends.env, milvus_collection="memorizer_llm")
+async def stores(backends, redis_settings):
+    settings = Settings(**(backends.env | redis_settings), milvus_collection="memorizer_llm")
     connected = await Stores.connect(settings)
     yield connected
     await connected.close()

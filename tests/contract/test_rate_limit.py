@@ -1,22 +1,22 @@
-"""The rate limit against a real Redis, at the boundary of a clock minute."""
+"""The rate limit against a real Redis and a real Redis Cluster, at the boundary of a clock minute."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 
 from serve_app.errors import RateLimited
 from serve_app.stores.rate_limit import RateLimiter
+from serve_app.stores.redis_client import connect
 
 START = 1_800_000_000.0 + 59.9  # 59.9 s into a clock minute
 
 
 @pytest.fixture
-async def limiter(backends):
+async def limiter(redis_settings):
     now = [START]
-    client = aioredis.from_url(backends.env["REDIS_URL"])
+    client = connect(redis_settings["REDIS_URL"], cluster=redis_settings["redis_cluster"])
     yield RateLimiter(client, clock=lambda: now[0]), now
     await client.aclose()
 

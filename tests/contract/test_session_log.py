@@ -1,4 +1,4 @@
-"""Session log contract against a real Redis server."""
+"""Session log contract against a real Redis server, and against a real three-master Redis Cluster."""
 
 import asyncio
 import time
@@ -7,12 +7,12 @@ import uuid
 import pytest
 
 from serve_app.errors import SessionOwnerError
-from serve_app.stores.session_log import PENDING_KEY, SessionLog
+from serve_app.stores.session_log import SessionLog
 
 
 @pytest.fixture
-async def log(backends):
-    store = SessionLog(backends.env["REDIS_URL"], ttl_s=3600)
+async def log(redis_settings):
+    store = SessionLog(redis_settings["REDIS_URL"], ttl_s=3600, cluster=redis_settings["redis_cluster"])
     yield store
     await store.close()
 
@@ -60,6 +60,7 @@ async def test_ttl_is_set_and_refreshed(log):
     await log.append("t", sid, "u", [{"role": "user", "content": "y"}])
     assert 3500 < await log.redis.ttl(log_key) <= 3600
     assert 3500 < await log.redis.ttl(meta_key) <= 3600
+    assert 3500 < await log.redis.ttl(log.user_sessions_key("t", "u")) <= 3600
 
 
 async def test_concurrent_appends_lose_nothing(log):
@@ -100,11 +101,12 @@ async def test_checkpoint_compare_and_set(log):
 async def test_cursor_and_pending(log):
     sid = _sid()
     await log.append("t", sid, "u", [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
-    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is not None
+    lane = log._lanes("t", sid)[0]
+    assert await log.redis.zscore(lane, log.pending_member("t", sid)) is not None
     assert await log.advance_cursor("t", sid, 1, done=True) == 1
-    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is not None  # still behind
+    assert await log.redis.zscore(lane, log.pending_member("t", sid)) is not None  # still behind
     assert await log.advance_cursor("t", sid, 2, done=True) == 2
-    assert await log.redis.zscore(PENDING_KEY, log.pending_member("t", sid)) is None
+    assert await log.redis.zscore(lane, log.pending_member("t", sid)) is None
     assert await log.advance_cursor("t", sid, 1, done=True) == 2  # never moves back
 
 
@@ -151,3 +153,72 @@ async def test_a_tenants_lanes_and_counters_are_its_own_however_long_the_shared_
     await log.count(tenant, {"summary_fallbacks": 1, "extraction_failures": 1})
     assert await log.counters(tenant) == {"summary_fallbacks": 3, "extraction_failures": 1}
     assert await log.counters(other) == {}
+
+
+async def test_a_sessions_keys_and_lane_entries_share_one_slot(log):
+    """What a Redis Cluster requires of every script and transaction here."""
+    from redis.crc import key_slot
+
+    for sid in (_sid() for _ in range(20)):
+        keys = [*log._keys("t", sid), *log._lanes("t", sid), log._lease_key("t", sid, "embedding")]
+        assert len({key_slot(k.encode()) for k in keys}) == 1, keys
+
+
+async def test_the_lanes_give_the_longest_waiting_first_across_their_shards(log):
+    tenant = f"order-{uuid.uuid4().hex[:6]}"
+    sessions = [f"s{i}" for i in range(12)]
+    for sid in sessions:
+        await log.append(tenant, sid, "u", [{"role": "user", "content": sid}])
+        await asyncio.sleep(0.003)  # distinct arrival times
+    shards = {log._lanes(tenant, sid)[0] for sid in sessions}
+    assert len(shards) > 1  # the order below is a merge, not one zset's
+    mine = [s for t, s in await log.pending(limit=100_000) if t == tenant]
+    assert mine == sessions
+    sizes = await log.lane_sizes()
+    assert sizes[0] >= len(sessions)
+    if log.cluster:  # the shards of this test are on more than one master
+        assert len({log.redis.get_node_from_key(key).name for key in shards}) > 1
+
+
+async def test_layout_one_keys_are_moved_and_read_as_before(backends):
+    """Sessions stored by the layout before lane shards (one hash tag per session, one zset per lane)
+    are moved when a store connects: log, ids, checkpoint, TTL and both lanes; a second run moves nothing."""
+    from serve_app.stores.session_log import LAYOUT_KEY
+
+    log = SessionLog(backends.env["REDIS_URL"], ttl_s=3600)
+    tenant, waiting, owing = f"old-{uuid.uuid4().hex[:6]}", "s-waiting", "s-owing"
+    try:
+        for sid, memorized in ((waiting, 0), (owing, 2)):
+            old = f"ms:{{{tenant}/{sid}}}"
+            await log.redis.hset(
+                f"{old}:meta",
+                mapping={"user_id": "u", "created_at": 1, "updated_at": 2, "covers_upto_seq": 0, "version": 0,
+                         "memorized_upto_seq": memorized, "extracted_upto_seq": 0, "summary": "kept"},
+            )  # fmt: skip
+            await log.redis.rpush(f"{old}:log", '{"role":"user","content":"a","id":"m1"}', '{"role":"user","content":"b"}')
+            await log.redis.hset(f"{old}:ids", "m1", 1)
+            for key in ("meta", "log", "ids"):
+                await log.redis.expire(f"{old}:{key}", 1800)
+            await log.redis.zadd(f"ms:{{{tenant}/u/u}}:sessions", {sid: 2})
+        await log.redis.zadd("ms:pending", {f"{tenant}/{waiting}": 1000})
+        await log.redis.zadd("ms:pending:llm", {f"{tenant}/{owing}": 1000})
+        await log.redis.delete(LAYOUT_KEY)
+
+        assert await log.migrate_layout() == 2
+        assert await log.migrate_layout() == 0
+        meta = await log.meta(tenant, waiting)
+        assert (meta.user_id, meta.message_count, meta.summary) == ("u", 2, "kept")
+        assert [r["content"] for r in await log.read(tenant, waiting)] == ["a", "b"]
+        assert 1700 < await log.redis.ttl(log._keys(tenant, waiting)[1]) <= 1800
+        assert (tenant, waiting) in await log.pending(limit=100_000)
+        assert (tenant, owing) in await log.llm_due(limit=100_000)
+        assert await log.pending_since_ms(tenant, waiting) == 1000
+        assert sorted(s for s, _ in await log.user_sessions(tenant, "u")) == [owing, waiting]
+        resent = [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "c"}]
+        again = await log.append(tenant, waiting, "u", resent)
+        assert again.seqs == [1, 3] and again.duplicates == [True, False]
+        assert not [k async for k in log.redis.scan_iter(match=f"ms:{{{tenant}/s-*")]
+        assert await log.redis.zscore("ms:pending", f"{tenant}/{waiting}") is None
+    finally:
+        await log.redis.set(LAYOUT_KEY, "2")
+        await log.close()
