@@ -10,6 +10,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
+from serve_app.deploy.autoscaling import LAG, WAITING
 from serve_app.llm.client import llm_client
 from serve_app.runtime.priority import lower_priority
 from serve_app.services.compaction import CompactionOutcome, Redo
@@ -127,6 +128,11 @@ class Memorizer:
     async def compress(self, tenant: str, session: str) -> dict:
         """Compact now (the API's /compress), with the configured summarizer."""
         return await self.work.compress(tenant, session)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """What `serve_app.deploy.autoscaling:MemorizerBacklogPolicy` scales on (the last sweep's view)."""
+        backlog = self.work.backlog
+        return {WAITING: float(backlog.waiting_sessions), LAG: backlog.lag_s}
 
     async def check_health(self) -> None:
         if self.sweeper.done():

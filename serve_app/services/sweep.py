@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from serve_app.encoding import EmbedMany
@@ -27,6 +28,15 @@ logger = logging.getLogger("ray.serve")
 MAX_BACKOFF_S = 60.0
 
 Key = tuple[str, str]  # (tenant, session)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The embedding lane as the last sweep saw it: what the Memorizer's autoscaling follows."""
+
+    waiting_sessions: int = 0
+    lag_s: float = 0.0
+    """Age of the oldest unmemorized turn in the lane."""
 
 
 class SweepObservers(Protocol):
@@ -100,6 +110,7 @@ class MemorizerSweep:
         self.repaired_reloads: int | None = None  # None: repair once at start (Milvus may have restarted meanwhile)
         self.repair: asyncio.Task | None = None
         self.reindex: asyncio.Task | None = None  # once per start: keywords of an older analysis
+        self.backlog = Backlog()
 
     def schedule(self, tenant: str, session: str) -> asyncio.Task:
         """Memorize the session now, or once more when it is already running (new turns arrived)."""
@@ -199,12 +210,13 @@ class MemorizerSweep:
 
     async def sweep(self) -> None:
         """One pass: start the sessions of both lanes that are due, flush, repair after a Milvus restart."""
-        pending = await self.stores.log.pending(limit=self.pending_limit)
+        pending = await self.stores.log.pending_since(limit=self.pending_limit)
         embedding_lane, llm_lane = await self.stores.log.lane_sizes()
         self.observers.pending(embedding_lane)
         self.observers.llm_pending(llm_lane)
+        self.backlog = Backlog(embedding_lane, max(0.0, time.time() - pending[0][2] / 1000) if pending else 0.0)
         now = time.monotonic()
-        for tenant, session in pending:
+        for tenant, session, _ in pending:
             key = (tenant, session)
             if key not in self.running and self.not_before.get(key, (0.0, 0.0))[0] <= now:
                 self.schedule(tenant, session)

@@ -276,3 +276,20 @@ def test_every_alert_queries_a_metric_the_service_or_ray_exports(rendered):
         expr = re.sub(r"\[[^\]]*\]", "", re.sub(r"\{[^}]*\}", "", rule["expr"]))
         used = {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in _NOT_METRICS and w.startswith("ray_")}
         assert used and used <= known, (rule["alert"], used - known)
+
+
+def test_every_autoscaling_config_is_one_ray_accepts_and_the_memorizer_follows_its_backlog():
+    from ray.serve.config import AutoscalingConfig
+
+    from serve_app.deploy.autoscaling import MemorizerBacklogPolicy
+
+    config = yaml.safe_load((ROOT / "configs" / "cluster.yaml").read_text())
+    found = {}
+    for app in config["applications"]:
+        for deployment in app.get("deployments", []):
+            if "autoscaling_config" in deployment:
+                found[deployment["name"]] = AutoscalingConfig(**deployment["autoscaling_config"])
+    assert {"Ingress", "Embedder", "Memorizer"} <= set(found)
+    policy = found["Memorizer"].policy
+    assert policy.get_policy() is MemorizerBacklogPolicy
+    assert MemorizerBacklogPolicy(**policy.policy_kwargs).target.target_lag_s == 5
