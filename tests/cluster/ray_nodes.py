@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -70,11 +71,12 @@ class TwoNodes:
     worker: RayNode
     gcs_address: str
     dashboard_url: str
-    extra: list[RayNode] = field(default_factory=list)
+    short_dir: Path
 
     def stop(self) -> None:
         self.worker.stop()
         self.head.stop()
+        shutil.rmtree(self.short_dir, ignore_errors=True)
 
     def serve_deploy(self, config_path: Path) -> None:
         subprocess.run([SERVE, "deploy", str(config_path), "--address", self.dashboard_url], check=True, timeout=120, env=CLI_ENV)
@@ -161,11 +163,12 @@ def start_two_nodes(root: Path, env: dict[str, str], head_http_port: int, worker
     head = _start("head", head_argv, _node_env(env, short, "head", None), root, head_http_port)
     dashboard = f"http://{LOOPBACK}:{dashboard_port}"
     gcs = f"{LOOPBACK}:{gcs_port}"
+    worker: RayNode | None = None
     try:
         _wait_http(f"{dashboard}/api/version", 120, head)
         worker_argv = [RAY, "start", "--address", gcs, *common, *_node_ports(10200)]
         worker = _start("worker", worker_argv, _node_env(env, short, "worker", worker_http_port), root, worker_http_port)
-        nodes = TwoNodes(head, worker, gcs, dashboard)
+        nodes = TwoNodes(head, worker, gcs, dashboard, short)
         deadline = time.monotonic() + 120
         while len(nodes.nodes()) < 2:
             if time.monotonic() > deadline or worker.process.poll() is not None:
@@ -173,7 +176,10 @@ def start_two_nodes(root: Path, env: dict[str, str], head_http_port: int, worker
             time.sleep(1)
         return nodes
     except BaseException:
-        head.stop()
+        for node in (worker, head):
+            if node is not None:
+                node.stop()
+        shutil.rmtree(short, ignore_errors=True)
         raise
 
 
