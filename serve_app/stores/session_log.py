@@ -6,9 +6,10 @@ The list index is the seq (RPUSH returns the new length), so seqs are gapless by
 
 Key layout (Redis Cluster): a script may only touch keys of one slot. The memorizer's two lanes are
 therefore sharded (`LANE_SHARDS`), and every key of a session carries its lane shard's hash tag,
-so the append that stores a turn also enters the session in the embedding lane, atomically, as on a
-single Redis. The user's session index lives in the user's slot and is written after the append
-(`append`). The memorizer sweeps the lanes shard by shard.
+so the append that stores a turn also enters the session in the embedding lane and in its user's
+session index, atomically, as on a single Redis: the user's index is sharded the same way (one part
+per lane shard). The memorizer sweeps the lanes shard by shard; listing a user's sessions reads the
+user's parts.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from serve_app.core.clock import now_ms
 from serve_app.errors import SessionOwnerError
 from serve_app.stores.redis_client import AnyRedis, connect
 
-# KEYS: meta, log, ids, the embedding lane (all of the session's slot). ARGV: user, ttl (s), now
-# (ms), lane member, message count, then (client id, message) per message.
+# KEYS: meta, log, ids, the embedding lane, the user's session index (all of the session's slot).
+# ARGV: user, ttl (s), now (ms), lane member, message count, then (client id, message) per message,
+# then the session id.
 _APPEND = """
 local owner = redis.call('HGET', KEYS[1], 'user_id')
 if owner and owner ~= ARGV[1] then return {-1, owner} end
@@ -53,8 +55,9 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
 if added > 0 then redis.call('ZADD', KEYS[4], 'NX', ARGV[3], ARGV[4]) end
+redis.call('ZADD', KEYS[5], ARGV[3], ARGV[6 + 2 * n])
 local ttl = tonumber(ARGV[2])
-for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
+for _, k in ipairs({1, 2, 3, 5}) do redis.call('EXPIRE', KEYS[k], ttl) end
 return out
 """
 
@@ -137,9 +140,17 @@ _OLD_META = re.compile(r"^ms:\{(?!l\d+\})(?P<member>[^/]+/.+)\}:meta$")
 
 # Layout 1 -> 2 for one session, on a single Redis (every key reachable from one script). KEYS:
 # old meta, log, ids, old embedding lane, old LLM lane, new meta, log, ids, new embedding lane, new
-# LLM lane. ARGV: lane member. A session that already has new keys keeps them and its old ones stay.
+# LLM lane, the owner's old session index, its new part. ARGV: lane member, session id. A session
+# that already has new keys keeps them and its old ones stay. An old index left empty is gone.
 _MIGRATE_SESSION = """
 if redis.call('EXISTS', KEYS[6]) == 1 then return 0 end
+local listed = redis.call('ZSCORE', KEYS[11], ARGV[2])
+if listed then
+  redis.call('ZADD', KEYS[12], listed, ARGV[2])
+  redis.call('ZREM', KEYS[11], ARGV[2])
+  local ttl = redis.call('TTL', KEYS[11])
+  if ttl > 0 then redis.call('EXPIRE', KEYS[12], ttl) end
+end
 for k = 1, 3 do
   if redis.call('EXISTS', KEYS[k]) == 1 then redis.call('RENAME', KEYS[k], KEYS[k + 5]) end
 end
@@ -235,8 +246,12 @@ class SessionLog:
         return lane_keys(lane_shard(self.pending_member(tenant, session)))
 
     @staticmethod
-    def user_sessions_key(tenant: str, user: str) -> str:
-        return f"ms:{{{tenant}/u/{user}}}:sessions"
+    def user_index_key(tenant: str, user: str, shard: int) -> str:
+        """One part of the user's session index: the sessions of one lane shard, in its slot."""
+        return f"ms:{{l{shard}}}:u:{tenant}/{user}:sessions"
+
+    def _user_index(self, tenant: str, user: str, session: str) -> str:
+        return self.user_index_key(tenant, user, lane_shard(self.pending_member(tenant, session)))
 
     @staticmethod
     def pending_member(tenant: str, session: str) -> str:
@@ -245,21 +260,13 @@ class SessionLog:
     async def append(self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]) -> AppendResult:
         """Append messages atomically; a message whose client id was seen returns its first seq."""
         meta, log, ids = self._keys(tenant, session)
-        stamp = now_ms()
-        args: list[Any] = [user, self.ttl_s, stamp, self.pending_member(tenant, session), len(messages)]
+        args: list[Any] = [user, self.ttl_s, now_ms(), self.pending_member(tenant, session), len(messages)]
         for message in messages:
             args += [message.get("id") or "", json.dumps(message, ensure_ascii=False, separators=(",", ":"))]
-        out = await self._append(keys=[meta, log, ids, self._lanes(tenant, session)[0]], args=args)
+        keys = [meta, log, ids, self._lanes(tenant, session)[0], self._user_index(tenant, user, session)]
+        out = await self._append(keys=keys, args=[*args, session])
         if int(out[0]) == -1:
             raise SessionOwnerError(str(out[1]))
-        # The user's index is in the user's slot, so it is written once the append is stored (never
-        # for a refused one). Should this fail, the append is not acknowledged; the client's retry,
-        # with the same ids, stores nothing twice and writes the index.
-        index = self.user_sessions_key(tenant, user)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(index, {session: stamp})
-            pipe.expire(index, self.ttl_s)
-            await pipe.execute()
         raw = [int(x) for x in out[1:]]
         return AppendResult(seqs=[abs(x) for x in raw], duplicates=[x < 0 for x in raw])
 
@@ -457,20 +464,27 @@ class SessionLog:
         return await self._oldest_scored(0, limit)
 
     async def user_sessions(self, tenant: str, user: str) -> list[tuple[str, int]]:
-        """The user's live sessions, newest activity first; expired sessions are pruned on read."""
-        key = self.user_sessions_key(tenant, user)
-        entries = await self.redis.zrevrange(key, 0, -1, withscores=True)
+        """The user's live sessions, newest activity first (every part of the index in one pipeline);
+        expired sessions are pruned on read."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(LANE_SHARDS):
+                pipe.zrange(self.user_index_key(tenant, user, shard), 0, -1, withscores=True)
+            parts = await pipe.execute()
+        entries = sorted((entry for part in parts for entry in part), key=lambda entry: -entry[1])
         alive = []
         for session, score in entries:
             if await self.redis.exists(self._keys(tenant, session)[0]):
                 alive.append((session, int(score)))
             else:
-                await self.redis.zrem(key, session)
+                await self.redis.zrem(self._user_index(tenant, user, session), session)
         return alive
 
     async def forget_user_sessions(self, tenant: str, user: str) -> None:
         """Drop the user's session index (the sessions themselves are deleted one by one)."""
-        await self.redis.delete(self.user_sessions_key(tenant, user))
+        async with self.redis.pipeline(transaction=False) as pipe:  # one key per command: any slot
+            for shard in range(LANE_SHARDS):
+                pipe.delete(self.user_index_key(tenant, user, shard))
+            await pipe.execute()
 
     async def delete(self, tenant: str, session: str) -> bool:
         meta_key, log_key, ids_key = self._keys(tenant, session)
@@ -480,9 +494,9 @@ class SessionLog:
             pipe.delete(meta_key, log_key, ids_key)
             pipe.zrem(embedding_lane, self.pending_member(tenant, session))
             pipe.zrem(llm_lane, self.pending_member(tenant, session))
+            if owner:
+                pipe.zrem(self._user_index(tenant, owner, session), session)
             removed = (await pipe.execute())[0]
-        if owner:
-            await self.redis.zrem(self.user_sessions_key(tenant, owner), session)
         return bool(removed)
 
     async def migrate_layout(self) -> int:
@@ -504,9 +518,11 @@ class SessionLog:
                     continue
                 tenant, session = _member(found["member"])
                 old = f"ms:{{{tenant}/{session}}}"
+                owner = await self.redis.hget(f"{old}:meta", "user_id") or ""
                 keys = [f"{old}:meta", f"{old}:log", f"{old}:ids", _OLD_PENDING_KEY, _OLD_LLM_PENDING_KEY]
                 keys += [*self._keys(tenant, session), *self._lanes(tenant, session)]
-                moved += int(await self._migrate_session(keys=keys, args=[found["member"]]))
+                keys += [f"ms:{{{tenant}/u/{owner}}}:sessions", self._user_index(tenant, owner, session)]
+                moved += int(await self._migrate_session(keys=keys, args=[found["member"], session]))
             await self.redis.set(LAYOUT_KEY, LAYOUT)
             if moved:
                 logger.info("session log: moved %d sessions to key layout %s", moved, LAYOUT)

@@ -60,7 +60,7 @@ async def test_ttl_is_set_and_refreshed(log):
     await log.append("t", sid, "u", [{"role": "user", "content": "y"}])
     assert 3500 < await log.redis.ttl(log_key) <= 3600
     assert 3500 < await log.redis.ttl(meta_key) <= 3600
-    assert 3500 < await log.redis.ttl(log.user_sessions_key("t", "u")) <= 3600
+    assert 3500 < await log.redis.ttl(log._user_index("t", "u", sid)) <= 3600
 
 
 async def test_concurrent_appends_lose_nothing(log):
@@ -161,6 +161,7 @@ async def test_a_sessions_keys_and_lane_entries_share_one_slot(log):
 
     for sid in (_sid() for _ in range(20)):
         keys = [*log._keys("t", sid), *log._lanes("t", sid), log._lease_key("t", sid, "embedding")]
+        keys.append(log._user_index("t", "u", sid))
         assert len({key_slot(k.encode()) for k in keys}) == 1, keys
 
 
@@ -219,6 +220,7 @@ async def test_layout_one_keys_are_moved_and_read_as_before(backends):
         assert again.seqs == [1, 3] and again.duplicates == [True, False]
         assert not [k async for k in log.redis.scan_iter(match=f"ms:{{{tenant}/s-*")]
         assert await log.redis.zscore("ms:pending", f"{tenant}/{waiting}") is None
+        assert not await log.redis.exists(f"ms:{{{tenant}/u/u}}:sessions")  # the old index, emptied
     finally:
         await log.redis.set(LAYOUT_KEY, "2")
         await log.close()
