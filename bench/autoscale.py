@@ -284,13 +284,15 @@ def main() -> None:
         import ray
         from ray import serve
 
-        if ray.is_initialized():
-            try:
-                serve.shutdown()
-            except RuntimeError:  # a handle of an event loop that asyncio.run already closed
-                pass
-            ray.shutdown()
-        backends.stop()
+        try:
+            if ray.is_initialized():
+                try:
+                    serve.shutdown()
+                except RuntimeError:  # a handle of an event loop that asyncio.run already closed
+                    pass
+                ray.shutdown()
+        finally:  # the stores are this run's own: never left running, whatever Ray did
+            backends.stop()
 
 
 def report(result: dict, json_out: Path) -> None:
