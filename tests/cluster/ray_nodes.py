@@ -119,26 +119,20 @@ def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: in
     return env
 
 
+NODE_PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+)
+
+
 def _node_ports(worker_base: int) -> list[str]:
     """A node's ports. Its workers' range sits below the range `free_listen_port` draws from."""
-    return [
-        "--node-manager-port",
-        str(free_listen_port(LOOPBACK)),
-        "--object-manager-port",
-        str(free_listen_port(LOOPBACK)),
-        "--dashboard-agent-listen-port",
-        str(free_listen_port(LOOPBACK)),
-        "--dashboard-agent-grpc-port",
-        str(free_listen_port(LOOPBACK)),
-        "--runtime-env-agent-port",
-        str(free_listen_port(LOOPBACK)),
-        "--metrics-export-port",
-        str(free_listen_port(LOOPBACK)),
-        "--min-worker-port",
-        str(worker_base),
-        "--max-worker-port",
-        str(worker_base + 199),
-    ]
+    argv = [arg for flag in NODE_PORT_FLAGS for arg in (flag, str(free_listen_port(LOOPBACK)))]
+    return [*argv, "--min-worker-port", str(worker_base), "--max-worker-port", str(worker_base + 199)]
 
 
 def _start(name: str, argv: list[str], env: dict[str, str], root: Path, http_port: int) -> RayNode:
