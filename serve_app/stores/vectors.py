@@ -42,6 +42,9 @@ RPC_TIMEOUT_S = 10.0
 # other replicas' within a tick. Reads whose answer decides a repair or a count are Strong.
 # (Milvus Lite serves every read from what it holds and ignores the level.)
 FRESH = "Strong"
+# A Milvus server answers no query whose offset + limit passes its maxQueryResultWindow (an error,
+# not an empty page); Milvus Lite has no such bound.
+MAX_RESULT_WINDOW = 16384
 SESSION = "Session"
 # pymilvus pings every 10 s even on an idle connection, and Milvus Lite's gRPC server (grpc's
 # defaults) answers such pings with GOAWAY "too many pings": the shared connection of that address is
@@ -346,7 +349,7 @@ class VectorStore:
                 self.collection,
                 filter=milvus_filter(tenant_id=tenant, session_id=session),
                 output_fields=["id"],
-                limit=16384,
+                limit=MAX_RESULT_WINDOW,
                 consistency_level=FRESH,
                 timeout=RPC_TIMEOUT_S,
             )
@@ -354,7 +357,17 @@ class VectorStore:
         return len(rows)
 
     async def delete(self, **equals: str | int | list[str]) -> int:
-        result = await self.client.delete(self.collection, filter=milvus_filter(**equals), timeout=RPC_TIMEOUT_S)
+        """Returns once the delete is visible to every read. A server's delete by filter does not
+        move this client's session timestamp, so a Session read right after it still saw the rows
+        for up to a time tick; one Strong read waits for the tick that applies it, and the query
+        node then serves every reader from there on. (Lite answers it at once.)"""
+        where = milvus_filter(**equals)
+        result = await self.client.delete(self.collection, filter=where, timeout=RPC_TIMEOUT_S)
+        await self._loaded(
+            lambda: self.client.query(
+                self.collection, filter=where, output_fields=["id"], limit=1, consistency_level=FRESH, timeout=RPC_TIMEOUT_S
+            )
+        )
         if isinstance(result, dict):
             return int(result.get("delete_count", 0))
         if isinstance(result, list):  # Milvus Lite answers with the deleted primary keys

@@ -94,3 +94,26 @@ async def test_delete_session_deletes_its_vectors(vectors):
     assert await vectors.delete(tenant_id="t", session_id="s-del") == 3
     assert await vectors.count_session("t", "s-del") == 0
     assert await vectors.count_session("t", "s-keep") == 1
+
+
+async def test_a_deleted_memory_is_gone_from_the_next_read(vectors, milvus_uri, collection):
+    """The reads a request makes (Session level: a list, a search, a fetch) no longer see a memory once
+    its delete has returned, on the replica that deleted it as on any other."""
+    kept, gone = _row("t", "erin", "s-forget", 1, seed=11), _row("t", "erin", "s-forget", 2, seed=12)
+    await vectors.upsert([kept, gone])
+    assert await vectors.delete(tenant_id="t", user_id="erin", id=gone.id) == 1
+    assert [r["id"] for r in await vectors.list("t", "erin", limit=10)] == [kept.id]
+    assert [i for i, _, _ in await vectors.search_dense_ids("t", "erin", _vec(12), limit=10)] == [kept.id]
+    assert await vectors.fetch("t", "erin", [gone.id]) == []
+    other = VectorStore(milvus_uri, collection, DIM)
+    try:
+        assert [r["id"] for r in await other.list("t", "erin", limit=10)] == [kept.id]
+    finally:
+        await other.close()
+
+
+async def test_the_last_page_inside_the_result_window_is_served(vectors):
+    """The API refuses a page past MAX_RESULT_WINDOW; the last page inside it lists (empty) on both engines."""
+    from serve_app.stores.vectors import MAX_RESULT_WINDOW
+
+    assert await vectors.list("t", "nobody", limit=84, offset=MAX_RESULT_WINDOW - 84) == []
