@@ -25,12 +25,13 @@ from serve_app.core.keywords import memory_keywords
 from serve_app.core.ranking import Verdict
 from serve_app.core.records import Hit, MemoryRow
 from serve_app.encoding import EmbedMany, Vector
-from serve_app.errors import MemoryNotFound
+from serve_app.errors import InvalidRequest, MemoryNotFound
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.quota import check_memory_quota
 from serve_app.services.recall import fusion_params, recall
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
+from serve_app.stores.vectors import MAX_RESULT_WINDOW
 
 logger = logging.getLogger("ray.serve")
 DIRECT = "memory"  # role and kind of a memory added directly, not memorized from a turn
@@ -134,6 +135,8 @@ async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schema
 
 
 async def list_memories(deps: Dependencies, tenant: str, user_id: str, *, limit: int, offset: int) -> list[schemas.MemoryOut]:
+    if offset + limit > MAX_RESULT_WINDOW:
+        raise InvalidRequest(f"offset + limit must be at most {MAX_RESULT_WINDOW}: Milvus lists no memory past that")
     rows = await deps.stores.vectors.list(tenant, user_id, limit=limit, offset=offset)
     return [
         schemas.MemoryOut(

@@ -351,3 +351,12 @@ def test_a_lost_poke_only_delays_memorization(client, backends):
 
     asyncio.run(write())
     assert wait_memorized(client, sid, 1)["memorized_upto_seq"] == 1
+
+
+def test_a_memory_page_past_the_listing_window_is_a_422(client):
+    """Milvus lists no row past offset + limit 16,384 (a server answers an error, which was a 503):
+    a page beyond that is refused with a message, and the last page inside it is served."""
+    user = f"window-{uuid.uuid4().hex[:8]}"
+    beyond = client.get(f"/v1/users/{user}/memories", params={"limit": 100, "offset": 16300})
+    assert beyond.status_code == 422 and "16384" in beyond.json()["detail"]
+    assert client.get(f"/v1/users/{user}/memories", params={"limit": 84, "offset": 16300}).json() == []

@@ -21,6 +21,7 @@ from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, omitted
 from serve_app.core.ids import ID_PATTERN
 from serve_app.core.inspector_auth import COOKIE, CSRF_FIELD, InspectorSession
 from serve_app.services.dependencies import Dependencies
+from serve_app.services.memories import MAX_RESULT_WINDOW
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -203,7 +204,7 @@ async def home(request: Request, after: str = Query("", max_length=128)) -> Resp
 
 
 @router.get("/users/{user_id}", response_class=HTMLResponse)
-async def user(request: Request, user_id: str, offset: int = Query(0, ge=0, le=16384)) -> Response:
+async def user(request: Request, user_id: str, offset: int = Query(0, ge=0, le=MAX_RESULT_WINDOW - MEMORY_PAGE)) -> Response:
     async def build(api: InspectorApi) -> dict[str, Any]:
         base = f"/v1/users/{_q(user_id)}"
         return {

@@ -24,7 +24,7 @@ async def list_memories(
     who: Who,
     user_id: str = UserId,
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0, le=16384),
+    offset: int = Query(0, ge=0, le=memories.MAX_RESULT_WINDOW - 1, description="offset + limit is at most 16384."),
 ) -> list[schemas.MemoryOut]:
     return await memories.list_memories(deps, who.tenant, user_id, limit=limit, offset=offset)
 
