@@ -363,9 +363,18 @@ class VectorStore:
         node then serves every reader from there on. (Lite answers it at once.)"""
         where = milvus_filter(**equals)
         result = await self.client.delete(self.collection, filter=where, timeout=RPC_TIMEOUT_S)
+        tenant, user = equals.get("tenant_id"), equals.get("user_id")
+        # A user's rows sit in one partition: the read need not walk the others (Lite would).
+        scope = [self.partition(tenant, user)] if isinstance(tenant, str) and isinstance(user, str) else None
         await self._loaded(
             lambda: self.client.query(
-                self.collection, filter=where, output_fields=["id"], limit=1, consistency_level=FRESH, timeout=RPC_TIMEOUT_S
+                self.collection,
+                filter=where,
+                output_fields=["id"],
+                partition_names=scope,
+                limit=1,
+                consistency_level=FRESH,
+                timeout=RPC_TIMEOUT_S,
             )
         )
         if isinstance(result, dict):
