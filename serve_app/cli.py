@@ -97,9 +97,7 @@ def up(
                 _say(f"error: {exc}")
                 raise typer.Exit(1) from exc
             os.environ.update(backends.app_env)
-            (run_dir / "backends.json").write_text(
-                json.dumps({n: {"pid": b.process.pid, "url": b.url} for n, b in backends.backends.items()})
-            )
+            _write_backends(run_dir, backends)
             for name, backend in backends.backends.items():
                 _say(f"{name:<9} {backend.url}  (log {backend.log_path})")
         else:
@@ -123,7 +121,8 @@ def up(
             _say(f"metrics   http://127.0.0.1:{metrics_port}/metrics")
         _say(f"ready in {time.monotonic() - started:.1f}s; Ctrl-C or `memserve down --data-dir {data_dir}` stops it")
         while not stop.wait(1.0):
-            pass
+            if use_embedded:
+                _start_exited(backends, run_dir)
     except _StopRequested:
         pass
     finally:
@@ -133,6 +132,28 @@ def up(
         pid_file.unlink(missing_ok=True)
         (run_dir / "backends.json").unlink(missing_ok=True)
         _say("stopped")
+
+
+def _write_backends(run_dir: Path, backends: EmbeddedBackends) -> None:
+    servers = {name: {"pid": b.process.pid, "url": b.url} for name, b in backends.backends.items()}
+    (run_dir / "backends.json").write_text(json.dumps(servers))
+
+
+def _start_exited(backends: EmbeddedBackends, run_dir: Path) -> None:
+    """Start again, on its own data, an embedded server that exited by itself (a crash, an OOM kill),
+    as a supervisor would: every acknowledged write is on its disk, and the replicas reconnect on
+    their own. One that does not come back is tried again at the next turn of the loop."""
+    for name, backend in list(backends.backends.items()):
+        if backend.alive():
+            continue
+        _say(f"{name} exited (code {backend.process.returncode}): starting it again (log {backend.log_path})")
+        try:
+            backends.restart(name)
+        except LaunchError as exc:
+            _say(f"{name} did not start again: {exc}")
+            continue
+        _write_backends(run_dir, backends)
+        _say(f"{name} started again")
 
 
 def _ui_secret(data_dir: Path) -> str:
@@ -201,7 +222,8 @@ def down(
     if pid_alive(pid):
         leftovers.append(pid)
     killed = 0
-    for leftover in set(leftovers):
+    # `up` first: while it runs it starts again a server that exits.
+    for leftover in sorted(set(leftovers), key=lambda p: p != pid):
         if pid_alive(leftover):
             try:
                 os.kill(leftover, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -136,3 +137,30 @@ def test_sigterm_while_starting_leaves_nothing_behind(up):
     after = up.log.read_text()
     assert "stopped" in after
     assert _leftovers(up.data_dir) == []
+
+
+def test_a_backend_that_dies_is_started_again_and_keeps_its_data(up):
+    """`memserve up` supervises its servers: Redis killed with SIGKILL (a crash, an OOM kill) is
+    started again on its data dir, and the session acknowledged before the crash reads back."""
+    up.start()
+    base = f"http://127.0.0.1:{up.port}"
+    with httpx.Client(base_url=base, timeout=30) as client:
+        turns = [{"role": "user", "content": "Ticket T-77 stays open until Friday."}]
+        client.post("/v1/sessions/crash/messages", json={"user_id": "kim", "messages": turns}).raise_for_status()
+        redis_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
+        os.killpg(redis_pid, signal.SIGKILL)
+        deadline, page = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            try:
+                response = client.get("/v1/sessions/crash/messages")
+                if response.status_code == 200:
+                    page = response.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        assert page is not None, "Redis was not started again:\n" + up.log.read_text()[-3000:]
+        assert [m["content"] for m in page["messages"]] == [t["content"] for t in turns]
+        assert "redis exited" in up.log.read_text()
+        new_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
+        assert new_pid != redis_pid
