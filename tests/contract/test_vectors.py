@@ -7,7 +7,7 @@ import pytest
 
 from serve_app.core.ids import turn_memory_id
 from serve_app.core.records import MemoryRow
-from serve_app.stores.vectors import VectorStore, milvus_filter, partition_of
+from serve_app.stores.vectors import MAX_RESULT_WINDOW, VectorStore, milvus_filter, partition_of
 
 DIM = 8
 HOSTILE = ['x" or user_id != "', 'q\\"\n\u00e9', "a\\", '"', "' or 1==1 or '", "\u202eevil", 'x" || true || "']
@@ -114,6 +114,4 @@ async def test_a_deleted_memory_is_gone_from_the_next_read(vectors, milvus_uri, 
 
 async def test_the_last_page_inside_the_result_window_is_served(vectors):
     """The API refuses a page past MAX_RESULT_WINDOW; the last page inside it lists (empty) on both engines."""
-    from serve_app.stores.vectors import MAX_RESULT_WINDOW
-
     assert await vectors.list("t", "nobody", limit=84, offset=MAX_RESULT_WINDOW - 84) == []

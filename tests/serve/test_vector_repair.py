@@ -23,11 +23,11 @@ def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):
 
     milvus = MilvusClient(uri=backends.env["MILVUS_URI"], grpc_options=GRPC_OPTIONS)
     try:
-        collection = Settings().milvus_collection
-        milvus.delete(collection, filter=f'id in ["{ids[0]}", "{ids[2]}"]')
+        collection, lost = Settings().milvus_collection, f'id in ["{ids[0]}", "{ids[2]}"]'
+        milvus.delete(collection, filter=lost)
         # A Strong read waits for the time tick that applies the delete (a Milvus server's replicas
         # then see it too); Milvus Lite answers it at once.
-        milvus.query(collection, filter=f'id in ["{ids[0]}", "{ids[2]}"]', output_fields=["id"], consistency_level="Strong")
+        milvus.query(collection, filter=lost, output_fields=["id"], consistency_level="Strong")
     finally:
         milvus.close()
     listed = {m["id"] for m in client.get(f"/v1/users/{user}/memories").json()}
