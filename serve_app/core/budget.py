@@ -13,6 +13,7 @@ against memory, so a long conversation is not pushed out by recall.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -136,6 +137,10 @@ def _system_tokens(content: str) -> int:
     return count_tokens(f"<|im_start|>system\n{content}<|im_end|>\n")
 
 
+_LINE_START = re.compile(r"(?<=\n)(?=\S)")
+"""Where a line that starts with a non-space character begins (`\\S` is `not str.isspace()`)."""
+
+
 def _last_line_start(text: str) -> int:
     """Where the last line that starts with a non-space character begins (0 if none).
 
@@ -153,10 +158,15 @@ def _last_line_start(text: str) -> int:
 def _appended_tokens(content: str, extra: str) -> int:
     """Exactly `_system_tokens(content + extra) - _system_tokens(content)`, tokenizing only the
     last line of `content`: the system section grows a line at a time, and re-tokenizing all of it
-    per line made building a 4k-token context cost a millisecond more."""
+    per line made building a 4k-token context cost a millisecond more.
+
+    For the same reason (`_last_line_start`) no token crosses a line start inside `extra` either,
+    so it is counted line by line through the count cache: the memory section is a new combination
+    of lines on every request, but its lines (a user's memories, a session's summary) recur."""
     prefix = "system\n" + content  # the text between <|im_start|> and <|im_end|>
     tail = prefix[_last_line_start(prefix) :]
-    return count_tokens(tail + extra) - count_tokens(tail)
+    lines = _LINE_START.split(tail + extra)
+    return sum(count_tokens(line) for line in lines) - count_tokens(tail)
 
 
 def _truncate_to_tokens(text: str, max_tokens: int) -> str:

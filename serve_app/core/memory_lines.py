@@ -12,6 +12,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
 _PUNCTUATION_TO_SPACE = str.maketrans({c: " " for c in string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014"})
@@ -34,9 +35,11 @@ class MemoryItem:
         return (self.day, self.session)
 
 
+@lru_cache(maxsize=8192)
 def duplicate_key(text: str) -> str:
     """The text as the near-duplicate check compares it: its lowercase words, in order (a translate
-    table, not a regular expression: it runs for every recalled memory of every prompt)."""
+    table, not a regular expression, and cached: it runs for every recalled memory of every prompt,
+    and a user's memories are recalled again and again)."""
     return " ".join(text.lower().translate(_PUNCTUATION_TO_SPACE).split())
 
 

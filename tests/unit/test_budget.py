@@ -139,6 +139,21 @@ def test_section_and_prompt_counts_are_exact_for_awkward_text(seed):
     assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_appended_lines_count_as_the_whole_section_does(seed):
+    """A grown section is counted line by line (each line through the count cache); the sum must be
+    the difference of two full counts whatever the lines start and end with."""
+    from serve_app.core.budget import _appended_tokens, _system_tokens
+
+    rng = random.Random(seed)
+
+    def text(n: int) -> str:
+        return "".join(rng.choice([*AWKWARD, "\n", "\n- ", "\n  ", "\n[2024-01-01]"]) for _ in range(n))
+
+    content, extra = text(rng.randint(0, 6)), text(rng.randint(1, 12))
+    assert _appended_tokens(content, extra) == _system_tokens(content + extra) - _system_tokens(content)
+
+
 def _round_with_parallel_tools(seq: int, size: int) -> list[dict]:
     """A user turn, an assistant turn calling two tools at once, both results, the answer."""
     calls = [
