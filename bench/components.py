@@ -9,8 +9,9 @@ turns embedded by the service's own model (int8, as shipped), so vector search r
 embeddings; the other users' rows carry random unit vectors. Queries are LoCoMo questions, each used
 once per part. Each part runs with the arguments the request path gives it: dense search returns ids
 for `recall_candidates` (50) hits, BM25 scores the normalized question for 50, the winners' details
-are one fetch. Every part reports p50 and p99 at concurrency 1 and its throughput at concurrency 32
-(what bench.load divides by: one client's QPS says nothing about 32 of them).
+are one fetch, the budget fits each question's own memories with the history and the facts. Every
+part reports p50 and p99 at concurrency 1 and its throughput at concurrency 32 (what bench.load
+divides by: one client's QPS says nothing about 32 of them).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tqdm import tqdm
 
 from bench.common import percentile
 from bench.locomo_data import questions_of, turns_of
+from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
 from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.records import MemoryRow
@@ -36,6 +38,7 @@ from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.query import load_query_encoder
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.compaction import history_tokens
+from serve_app.services.context import fact_line, memory_item
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
@@ -182,6 +185,25 @@ async def run(args) -> dict:
             )
 
         results["compression (100 turns, extractive)"] = await timed("compression", max(20, n // 10), compress)
+
+        # The budget over what recall hands it: each question's own best memories (the keyword side's,
+        # which carry their text), the 50-turn history and the facts, at 4,096 tokens.
+        recalled = [await keywords.search(TENANT, user, normalize(q), limit=top_k) for q in queries]
+        history = dialog[:50]
+        current = [fact_line(f) for f in await facts.current(TENANT, user)]
+
+        async def budget(i: int) -> None:
+            build_context(
+                ContextRequest(
+                    max_tokens=4096,
+                    shares=settings.shares,
+                    turns=history,
+                    facts=current,
+                    memories=[memory_item(h) for h in recalled[i]],
+                )
+            )
+
+        results[f"context budget ({top_k} memories, 4,096 tokens)"] = await timed("budget", n, budget)
         await asyncio.gather(log.close(), facts.close(), vectors.close())
         return results
     finally:

@@ -149,7 +149,15 @@ async def prepare_sessions(client: httpx.AsyncClient, user: str, count: int, tur
     return sessions
 
 
-CONTEXT_PARTS = ("query embedding", "vector recall", "keyword recall", "winner details", "get history", "fact query")
+CONTEXT_PARTS = (
+    "query embedding",
+    "vector recall",
+    "keyword recall",
+    "winner details",
+    "get history",
+    "fact query",
+    "context budget",
+)
 
 
 def component_sums(components: dict) -> dict[str, float]:

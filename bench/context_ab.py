@@ -1,0 +1,90 @@
+"""Paired A/B of `/v1/context` on two running services: the same user and data on both, the same
+distinct questions, requests interleaved (the order alternates) so that both see the same machine.
+
+    # two checkouts, each up on its own ports, e.g. main before a change on :8001 and after on :8002
+    python -m bench.context_ab http://127.0.0.1:8001 http://127.0.0.1:8002 --requests 500
+
+Each service gets a user with a 500-turn past session (numbers, ids and dates in every turn), a
+50-turn current session and one fact, memorized before timing. Arms: each service with the
+defaults, with `top_k` 0 (no recall: the rest of the request) and B with `top_k` 8 (the memory
+count before the elastic budget). Prints each arm's p50 and the median of its paired differences
+against A's defaults: on a noisy machine the paired difference is the figure to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+
+import httpx
+from tqdm import tqdm
+
+PAST_TURNS = 500
+CURRENT_TURNS = 50
+
+
+def prepare(url: str, user: str) -> None:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        past = [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": f"Past note {i}: project P-{i % 37} meeting on 2024-0{i % 9 + 1}-1{i % 10} about budget ${i * 13}.",
+            }
+            for i in range(PAST_TURNS)
+        ]
+        for start in range(0, PAST_TURNS, 100):
+            body = {"user_id": user, "messages": past[start : start + 100]}
+            client.post(f"/v1/sessions/{user}-past/messages", json=body).raise_for_status()
+        current = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i} of the current task, step {i} done."}
+            for i in range(CURRENT_TURNS)
+        ]
+        client.post(f"/v1/sessions/{user}-now/messages", json={"user_id": user, "messages": current}).raise_for_status()
+        client.put(f"/v1/users/{user}/facts/role", json={"value": "engineer", "category": "fact"}).raise_for_status()
+        for session, upto in ((f"{user}-past", PAST_TURNS), (f"{user}-now", CURRENT_TURNS)):
+            while client.get(f"/v1/sessions/{session}").json()["memorized_upto_seq"] < upto:
+                time.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", help="URL of service A (the baseline)")
+    parser.add_argument("b", help="URL of service B")
+    parser.add_argument("--requests", type=int, default=500, help="requests per arm")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    args = parser.parse_args()
+    user = "ab-" + uuid.uuid4().hex[:8]
+    for url in (args.a, args.b):
+        prepare(url, user)
+    clients = {"A": httpx.Client(base_url=args.a, timeout=60), "B": httpx.Client(base_url=args.b, timeout=60)}
+    arms = {
+        "A defaults": ("A", {}),
+        "B defaults": ("B", {}),
+        "A top_k 0": ("A", {"top_k": 0}),
+        "B top_k 0": ("B", {"top_k": 0}),
+        "B top_k 8": ("B", {"top_k": 8}),
+    }
+    for side, extra in arms.values():  # warm both before timing
+        for i in range(10):
+            body = {"user_id": user, "session_id": f"{user}-now", "query": f"warm-up {i}", "max_tokens": args.max_tokens}
+            clients[side].post("/v1/context", json={**body, **extra}).raise_for_status()
+    samples: dict[str, list[float]] = {name: [] for name in arms}
+    for i in tqdm(range(args.requests), desc="paired requests", unit="round"):
+        order = list(arms.items()) if i % 2 == 0 else list(reversed(arms.items()))
+        query = f"when is the budget meeting for P-{i % 37} number {i}?"  # distinct: no query repeats
+        for name, (side, extra) in order:
+            body = {"user_id": user, "session_id": f"{user}-now", "query": query, "max_tokens": args.max_tokens, **extra}
+            started = time.perf_counter()
+            clients[side].post("/v1/context", json=body).raise_for_status()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    base = samples["A defaults"]
+    print(f"\n{'arm':<12}{'p50 ms':>9}{'paired diff vs A defaults':>28}")
+    for name, times in samples.items():
+        paired = statistics.median([t - b for b, t in zip(base, times, strict=True)])
+        print(f"{name:<12}{statistics.median(times):>9.2f}{paired:>+28.2f}")
+
+
+if __name__ == "__main__":
+    main()
