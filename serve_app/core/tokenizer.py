@@ -7,7 +7,9 @@ and lack `<tool_call>`. Why not `transformers`: it would need hub files at run t
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import threading
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -15,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 import tiktoken
+from cachetools import LRUCache, cached
 
 # Qwen2's pre-tokenizer split pattern (tokenizer.json of Qwen2.5): digits are split one by one.
 QWEN2_PATTERN = (
@@ -88,9 +91,28 @@ def encode(text: str) -> list[int]:
     return qwen25_encoding().encode(unicodedata.normalize("NFC", text), allowed_special="all")
 
 
-@lru_cache(maxsize=8192)
+SHORT_TEXT_CHARS = 2048
+"""Texts up to this long are cached under themselves; longer ones under a digest, so that a tool
+result or system prompt counted once is not kept in memory with its count."""
+
+
 def count_tokens(text: str) -> int:
-    """Cached: a session's turns are rendered to the same blocks on every context build."""
+    """Cached: a session's turns are rendered to the same blocks on every context build, and a
+    user's memories recur in the memory section of request after request."""
+    return _count_short(text) if len(text) <= SHORT_TEXT_CHARS else _count_long(text)
+
+
+@lru_cache(maxsize=8192)
+def _count_short(text: str) -> int:
+    return len(encode(text))
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@cached(LRUCache(maxsize=2048), key=_digest, lock=threading.Lock())
+def _count_long(text: str) -> int:
     return len(encode(text))
 
 

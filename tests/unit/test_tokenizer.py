@@ -59,3 +59,28 @@ def test_blocks_add_up_to_the_whole_chat():
     total = count_chat([system, *turns])
     parts = count_chat([system]) + count_block(turns[:1]) + count_block(turns[1:3]) + count_block(turns[3:])
     assert parts == total
+
+
+def test_the_count_cache_keeps_no_copy_of_long_texts():
+    """Counts are cached (a session's turns and a user's memories are counted on every context), and a
+    long text must not stay in memory for having been counted once: an ingress counts thousands of
+    tool results and system prompts of up to 64 KB. Long texts are remembered by digest."""
+    import tracemalloc
+
+    from serve_app.core.tokenizer import count_tokens
+
+    texts = [f"tool output {i}: " + "lorem ipsum dolor sit amet " * 4000 for i in range(3)]  # about 100 KB each
+    expected = [len(encode(t)) for t in texts]
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(40):
+            text = f"distinct {i} " + "x y z " * 20_000  # 120 KB, dropped after counting
+            assert count_tokens(text) > 0
+            del text
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held - before < 1_000_000, f"the count cache holds {(held - before) / 1e6:.1f} MB of counted text"
+    assert [count_tokens(t) for t in texts] == expected
+    assert [count_tokens(t) for t in texts] == expected  # counted again, or found by digest: the same
