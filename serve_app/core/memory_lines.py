@@ -35,11 +35,22 @@ class MemoryItem:
         return (self.day, self.session)
 
 
-@lru_cache(maxsize=8192)
 def duplicate_key(text: str) -> str:
     """The text as the near-duplicate check compares it: its lowercase words, in order (a translate
     table, not a regular expression, and cached: it runs for every recalled memory of every prompt,
-    and a user's memories are recalled again and again)."""
+    and a user's memories are recalled again and again; a long one is not kept for it)."""
+    return _cached_duplicate_key(text) if len(text) <= CACHED_TEXT_CHARS else _words(text)
+
+
+CACHED_TEXT_CHARS = 2048
+
+
+@lru_cache(maxsize=8192)
+def _cached_duplicate_key(text: str) -> str:
+    return _words(text)
+
+
+def _words(text: str) -> str:
     return " ".join(text.lower().translate(_PUNCTUATION_TO_SPACE).split())
 
 
