@@ -135,8 +135,11 @@ def up(
 
 
 def _write_backends(run_dir: Path, backends: EmbeddedBackends) -> None:
+    """Atomically (a temp file renamed over it): `down` may read it while a restart rewrites it."""
     servers = {name: {"pid": b.process.pid, "url": b.url} for name, b in backends.backends.items()}
-    (run_dir / "backends.json").write_text(json.dumps(servers))
+    staging = run_dir / f".backends.json.{os.getpid()}"
+    staging.write_text(json.dumps(servers))
+    os.replace(staging, run_dir / "backends.json")
 
 
 def _start_exited(backends: EmbeddedBackends, run_dir: Path) -> None:

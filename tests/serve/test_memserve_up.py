@@ -162,5 +162,10 @@ def test_a_backend_that_dies_is_started_again_and_keeps_its_data(up):
         assert page is not None, "Redis was not started again:\n" + up.log.read_text()[-3000:]
         assert [m["content"] for m in page["messages"]] == [t["content"] for t in turns]
         assert "redis exited" in up.log.read_text()
+        # Redis answers before `up` has rewritten backends.json: its log line comes after the file.
+        deadline = time.monotonic() + 30
+        while "redis started again" not in up.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "redis started again" in up.log.read_text(), up.log.read_text()[-3000:]
         new_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
         assert new_pid != redis_pid
