@@ -158,7 +158,7 @@ def _last_line_start(text: str) -> int:
 def _appended_tokens(content: str, extra: str) -> int:
     """Exactly `_system_tokens(content + extra) - _system_tokens(content)`, tokenizing only the
     last line of `content`: the system section grows a line at a time, and re-tokenizing all of it
-    per line made building a 4k-token context cost a millisecond more.
+    per line would cost the square of its length.
 
     For the same reason (`_last_line_start`) no token crosses a line start inside `extra` either,
     so it is counted line by line through the count cache: the memory section is a new combination
