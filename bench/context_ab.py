@@ -21,31 +21,9 @@ import uuid
 import httpx
 from tqdm import tqdm
 
+from bench.context_latency import prepare_user
+
 PAST_TURNS = 500
-CURRENT_TURNS = 50
-
-
-def prepare(url: str, user: str) -> None:
-    with httpx.Client(base_url=url, timeout=120) as client:
-        past = [
-            {
-                "role": "user" if i % 2 == 0 else "assistant",
-                "content": f"Past note {i}: project P-{i % 37} meeting on 2024-0{i % 9 + 1}-1{i % 10} about budget ${i * 13}.",
-            }
-            for i in range(PAST_TURNS)
-        ]
-        for start in range(0, PAST_TURNS, 100):
-            body = {"user_id": user, "messages": past[start : start + 100]}
-            client.post(f"/v1/sessions/{user}-past/messages", json=body).raise_for_status()
-        current = [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i} of the current task, step {i} done."}
-            for i in range(CURRENT_TURNS)
-        ]
-        client.post(f"/v1/sessions/{user}-now/messages", json={"user_id": user, "messages": current}).raise_for_status()
-        client.put(f"/v1/users/{user}/facts/role", json={"value": "engineer", "category": "fact"}).raise_for_status()
-        for session, upto in ((f"{user}-past", PAST_TURNS), (f"{user}-now", CURRENT_TURNS)):
-            while client.get(f"/v1/sessions/{session}").json()["memorized_upto_seq"] < upto:
-                time.sleep(0.5)
 
 
 def main() -> None:
@@ -57,7 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     user = "ab-" + uuid.uuid4().hex[:8]
     for url in (args.a, args.b):
-        prepare(url, user)
+        with httpx.Client(base_url=url, timeout=120) as client:
+            prepare_user(client, user, PAST_TURNS)
     clients = {"A": httpx.Client(base_url=args.a, timeout=60), "B": httpx.Client(base_url=args.b, timeout=60)}
     arms = {
         "A defaults": ("A", {}),

@@ -40,6 +40,35 @@ def wait_memorized(client: httpx.Client, session: str, upto: int, timeout_s: flo
     raise TimeoutError("memorizer did not catch up")
 
 
+CURRENT_TURNS = 50
+
+
+def prepare_user(client: httpx.Client, user: str, memories: int) -> str:
+    """A user with `memories` past turns (numbers, ids and dates in each), a 50-turn current session
+    and one fact, all memorized; returns the current session's id."""
+    history = f"{user}-past"
+    past = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"Past note {i}: project P-{i % 37} meeting on 2024-0{i % 9 + 1}-1{i % 10} about budget ${i * 13}.",
+        }
+        for i in range(memories)
+    ]
+    for start in range(0, memories, 100):
+        body = {"user_id": user, "messages": past[start : start + 100]}
+        client.post(f"/v1/sessions/{history}/messages", json=body).raise_for_status()
+    session = f"{user}-now"
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i} of the current task, step {i} done."}
+        for i in range(CURRENT_TURNS)
+    ]
+    client.post(f"/v1/sessions/{session}/messages", json={"user_id": user, "messages": turns}).raise_for_status()
+    client.put(f"/v1/users/{user}/facts/role", json={"value": "engineer", "category": "fact"}).raise_for_status()
+    wait_memorized(client, history, memories)
+    wait_memorized(client, session, CURRENT_TURNS)
+    return session
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -50,32 +79,8 @@ def main() -> None:
 
     user = "bench-" + uuid.uuid4().hex[:8]
     with httpx.Client(base_url=args.url, timeout=120) as client:
-        history = f"{user}-past"
-        batch = []
-        for i in range(args.memories):
-            role = "user" if i % 2 == 0 else "assistant"
-            batch.append(
-                {
-                    "role": role,
-                    "content": f"Past note {i}: project P-{i % 37} meeting on 2024-0{i % 9 + 1}-1{i % 10}"
-                    f" about budget ${i * 13}.",
-                }
-            )
-            if len(batch) == 100:
-                client.post(f"/v1/sessions/{history}/messages", json={"user_id": user, "messages": batch}).raise_for_status()
-                batch = []
-        if batch:
-            client.post(f"/v1/sessions/{history}/messages", json={"user_id": user, "messages": batch}).raise_for_status()
-        session = f"{user}-now"
-        turns = [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i} of the current task, step {i} done."}
-            for i in range(50)
-        ]
-        client.post(f"/v1/sessions/{session}/messages", json={"user_id": user, "messages": turns}).raise_for_status()
-        client.put(f"/v1/users/{user}/facts/role", json={"value": "engineer", "category": "fact"}).raise_for_status()
-        print("waiting for memorization of", args.memories + 50, "turns…")
-        wait_memorized(client, history, args.memories)
-        wait_memorized(client, session, 50)
+        print("waiting for memorization of", args.memories + CURRENT_TURNS, "turns…")
+        session = prepare_user(client, user, args.memories)
 
         n = args.requests
         context_body = {
