@@ -60,6 +60,7 @@ class Window:
             "p95_ms": percentile(self.latencies_ms, 95),
             "p99_ms": percentile(self.latencies_ms, 99),
             "throughput_rps": done / self.seconds if self.seconds else 0.0,
+            "seconds": self.seconds,
         }
 
 
@@ -174,11 +175,13 @@ CLIENT = "load client (this process)"
 INGRESS = dict(GROUPS)["Ingress"]
 
 
-def cpu_seconds(procs: list[psutil.Process]) -> dict[str, float]:
+def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each group of the service's processes, and by
-    this client: the difference over a window says where each request's CPU went."""
+    this client: the difference over a window says where each request's CPU went. The processes are
+    found afresh on every call: a connection pool that grows under load starts PostgreSQL backends
+    that a list taken before the load would miss (their CPU then counts whole, as spent in the window)."""
     totals: dict[str, float] = defaultdict(float)
-    for proc in procs:
+    for proc in service_processes(data_dir) if data_dir else []:
         try:
             times = proc.cpu_times()
         except psutil.Error:
@@ -216,7 +219,6 @@ async def main_async(args) -> tuple[dict, dict]:
         sessions = await prepare_sessions(client, user, max(CONCURRENCY), turns)
     with httpx.Client(base_url=args.url, timeout=120, headers=headers) as sync:
         wait_memorized(sync, {s: 50 for s in sessions})  # or the floor is timed while they are embedded
-    procs = service_processes(args.data_dir) if args.data_dir else []
     connector = aiohttp.TCPConnector(limit=max(CONCURRENCY) + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(args.url, connector=connector, timeout=timeout, headers=headers) as client:
@@ -225,11 +227,11 @@ async def main_async(args) -> tuple[dict, dict]:
         for scenario, concurrency in tqdm(steps, desc="scenarios", unit="window"):
             op = getattr(load, scenario)
             await run_window(op, concurrency, args.warmup)
-            before = cpu_seconds(procs)
+            before = cpu_seconds(args.data_dir)
             window = await run_window(op, concurrency, args.seconds)
             figures = window.figures()
-            if procs:
-                figures["cpu"] = cpu_per_request(before, cpu_seconds(procs), figures["requests"], window.seconds)
+            if args.data_dir:
+                figures["cpu"] = cpu_per_request(before, cpu_seconds(args.data_dir), figures["requests"], window.seconds)
             results[f"{scenario}@{concurrency}"] = figures
             if load.appended:  # each window starts from a caught-up memorizer
                 started = time.perf_counter()

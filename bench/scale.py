@@ -15,6 +15,10 @@ sequential, `--requests` each; then context at concurrency 32 for `--seconds`. E
 distinct within the run (`queries`, the same generator phrased as questions). The service keeps no
 result cache: each request embeds its query and searches both indexes. Prints a table, writes JSON
 and a PNG, and the PSS of `memserve up`'s processes after the run.
+
+Beside each window, the CPU its requests took in each of the service's processes (found through
+`--data-dir`): their sum is what a request costs the machine, so the cores carry at most
+cores x 1000 / (CPU ms per request) requests a second, at any concurrency.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import psutil
 from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
-from bench.load import Load, run_window
+from bench.load import CLIENT, Load, cpu_per_request, cpu_seconds, run_window
 from bench.memory import measure
 from bench.search_latency import timed
 
@@ -240,6 +245,8 @@ def main() -> None:
     if args.others:
         asyncio.run(insert_others(args.tenant, args.others, args.other_users, 384, args.seed))
     user = "scale-" + uuid.uuid4().hex[:6]
+    # The service's processes (the backends too) and this client: where each request's CPU went.
+    served = args.data_dir if args.data_dir.exists() else None
     texts = memory_texts(max(args.sizes), args.seed + 2)
     asked = iter(queries(args.queries, args.seed + 3))
     results: dict[str, dict] = {}
@@ -270,6 +277,9 @@ def main() -> None:
             )
             context_queries = [next(asked) for _ in range(args.requests)]
             search_queries = [next(asked) for _ in range(args.requests)]
+            cpu: dict[str, dict] = {}
+            before = cpu_seconds(served)
+            started = time.perf_counter()
             context = timed(
                 client,
                 args.requests,
@@ -278,19 +288,28 @@ def main() -> None:
                     "/v1/context", json={"user_id": user, "session_id": session, "query": q[i], "max_tokens": 4096}
                 ),
             )
+            cpu["context"] = cpu_per_request(before, cpu_seconds(served), args.requests, time.perf_counter() - started)
+            before = cpu_seconds(served)
+            started = time.perf_counter()
             search = timed(
                 client,
                 args.requests,
                 f"search @{size}",
                 lambda i, q=search_queries: client.post(f"/v1/users/{user}/memories/search", json={"query": q[i], "top_k": 10}),
             )
+            cpu["search"] = cpu_per_request(before, cpu_seconds(served), args.requests, time.perf_counter() - started)
             loaded = [next(asked) for _ in range(args.queries // (2 * len(args.sizes)))]
+            before = cpu_seconds(served)
+            concurrent = asyncio.run(concurrent_context(args, user, sessions, loaded))
+            after = cpu_seconds(served)
+            cpu[f"context@{args.concurrency}"] = cpu_per_request(before, after, concurrent["requests"], concurrent["seconds"])
             results[str(size)] = {
                 "memories": have,
                 "load_s": round(loaded_s, 1),
                 "context": figures(context),
                 "search": figures(search),
-                "context_concurrent": asyncio.run(concurrent_context(args, user, sessions, loaded)),
+                "context_concurrent": concurrent,
+                "cpu": cpu if served else {},
             }
     pss, ended = measure(args.data_dir) if args.data_dir.exists() else ({}, 0)
     report(results, pss, ended, args)
@@ -298,6 +317,24 @@ def main() -> None:
     args.json_out.write_text(json.dumps({"results": results, "pss_mib": pss, "args": vars(args)}, indent=2, default=str))
     plot(results, args.png)
     print(f"\nwrote {args.json_out} and {args.png}")
+
+
+def report_cpu(results: dict, top: int = 4) -> None:
+    """CPU ms per request, all processes together and the largest ones, and the throughput that sum
+    allows on this machine's cores: no concurrency gets past it."""
+    ordered = sorted(results.items(), key=lambda kv: int(kv[0]))
+    rows = [(size, window, cpu) for size, row in ordered for window, cpu in row["cpu"].items()]
+    if not rows:
+        return
+    cores = psutil.cpu_count() or 1
+    print(f"\nCPU ms per request in the service's processes (the client not counted); {cores} cores carry at most")
+    print(f"{cores} x 1000 / total requests a second")
+    print(f"{'memories':>9} {'window':<12} {'total':>7} {'req/s at most':>14}   largest")
+    for size, window, cpu in rows:
+        service = {group: ms for group, ms in cpu["ms_per_request"].items() if group != CLIENT}
+        total = sum(service.values())
+        largest = " | ".join(f"{group} {ms:.1f}" for group, ms in list(service.items())[:top])
+        print(f"{size:>9} {window:<12} {total:>7.1f} {cores * 1000 / total if total else 0:>14.0f}   {largest}")
 
 
 def report(results: dict, pss: dict[str, float], ended: int, args) -> None:
@@ -310,6 +347,7 @@ def report(results: dict, pss: dict[str, float], ended: int, args) -> None:
             f"{row['memories']:>9} {c['p50_ms']:>8.1f} {c['p95_ms']:>8.1f} {c['p99_ms']:>8.1f} {s['p50_ms']:>9.1f} "
             f"{s['p95_ms']:>9.1f} {s['p99_ms']:>9.1f} {cc['throughput_rps']:>12.1f} {cc['p50_ms']:>12.1f} {row['load_s']:>8.1f}"
         )
+    report_cpu(results)
     if pss:
         print(f"PSS after the run: {sum(pss.values()):.0f} MiB ({', '.join(f'{k} {v:.0f}' for k, v in sorted(pss.items()))})"
               + (f"; {ended} processes ended while read" if ended else ""))  # fmt: skip
