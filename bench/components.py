@@ -11,7 +11,9 @@ once per part. Each part runs with the arguments the request path gives it: dens
 for `recall_candidates` (50) hits, BM25 scores the normalized question for 50, the winners' details
 are one fetch, the budget fits each question's own memories with the history and the facts. Every
 part reports p50 and p99 at concurrency 1 and its throughput at concurrency 32 (what bench.load
-divides by: one client's QPS says nothing about 32 of them).
+divides by: one client's QPS says nothing about 32 of them), and the CPU one call takes at
+concurrency 1: in this process (what the ingress pays for it) and in the backends' processes. On a
+machine of few cores, CPU per call is what bounds throughput, whatever overlaps in time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import psutil
 from tqdm import tqdm
 
 from bench.common import percentile
@@ -49,13 +52,47 @@ CONCURRENCY = 32
 TENANT = "local"
 
 
-async def timed(label: str, n: int, op) -> dict:
-    """p50/p99 at concurrency 1, then the throughput of CONCURRENCY closed-loop callers."""
+def backend_cpu_s(backends: EmbeddedBackends) -> float:
+    """CPU seconds the backends have used so far, their children too (a PostgreSQL connection is a
+    process of its own)."""
+    total = 0.0
+    for backend in backends.backends.values():
+        try:
+            root = psutil.Process(backend.process.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+    return total
+
+
+async def settle(backends: EmbeddedBackends, longest_s: float, idle_share: float = 0.05) -> None:
+    """Wait until the backends use under `idle_share` of a core over a second, or `longest_s`."""
+    deadline = time.monotonic() + longest_s
+    while time.monotonic() < deadline:
+        before = backend_cpu_s(backends)
+        await asyncio.sleep(1.0)
+        if backend_cpu_s(backends) - before < idle_share:
+            return
+
+
+async def timed(backends: EmbeddedBackends | None, label: str, n: int, op) -> dict:
+    """p50/p99 and CPU per call at concurrency 1, then the throughput of CONCURRENCY closed-loop callers."""
     samples = []
+    own_cpu, their_cpu = time.process_time(), backend_cpu_s(backends) if backends else 0.0
     for i in tqdm(range(n), desc=f"{label} (c=1)", unit="op", leave=False):
         started = time.perf_counter()
         await op(i)
         samples.append((time.perf_counter() - started) * 1000)
+    cpu = {
+        "caller_cpu_ms": 1000 * (time.process_time() - own_cpu) / n,
+        "backend_cpu_ms": 1000 * (backend_cpu_s(backends) - their_cpu) / n if backends else 0.0,
+    }
     counter = iter(range(n, 3 * n))
     done = 0
 
@@ -68,7 +105,7 @@ async def timed(label: str, n: int, op) -> dict:
     started = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
     seconds = time.perf_counter() - started
-    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "qps_c32": done / seconds}
+    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99), "qps_c32": done / seconds, **cpu}
 
 
 def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -138,6 +175,9 @@ async def run(args) -> dict:
                 await keywords.upsert(rows)
         await vectors.flush()  # as the memorizer does on its timer
         await facts.pool.execute("ANALYZE memory_postings; ANALYZE memory_keywords")  # as autovacuum does soon after
+        # Milvus Lite compacts, and PostgreSQL vacuums, what was just loaded: their CPU would count
+        # against the first parts measured.
+        await settle(backends, args.settle_s)
 
         session = "bench-" + uuid.uuid4().hex[:6]
         await log.append(TENANT, session, user, [{"role": "user", "content": f"warm-up turn {i}"} for i in range(50)])
@@ -156,22 +196,28 @@ async def run(args) -> dict:
         n = args.ops
         results = {
             "store message": await timed(
-                "store message", n, lambda i: log.append(TENANT, session, user, [{"role": "user", "content": f"m{i}"}])
+                backends, "store message", n, lambda i: log.append(TENANT, session, user, [{"role": "user", "content": f"m{i}"}])
             ),
-            "get history (50 turns)": await timed("get history", n, lambda i: log.read(TENANT, session, after=0, limit=50)),
-            "query embedding (batch 1)": await timed("embedding", n, lambda i: query_encoder.encode_one(queries[i])),
+            "get history (50 turns)": await timed(
+                backends, "get history", n, lambda i: log.read(TENANT, session, after=0, limit=50)
+            ),
+            "query embedding (batch 1)": await timed(backends, "embedding", n, lambda i: query_encoder.encode_one(queries[i])),
             f"vector recall ({candidates} ids of {args.memories})": await timed(
+                backends,
                 "vector recall",
                 n,
                 lambda i: vectors.search_dense_ids(TENANT, user, query_vectors[i], limit=candidates),
             ),
             f"keyword recall (BM25, {candidates} of {args.memories})": await timed(
-                "keyword recall", n, lambda i: keywords.search(TENANT, user, normalize(queries[i]), limit=candidates)
+                backends, "keyword recall", n, lambda i: keywords.search(TENANT, user, normalize(queries[i]), limit=candidates)
             ),
-            f"winner details ({top_k} ids)": await timed("details", n, lambda i: keywords.fetch(TENANT, user, winners)),
-            "fact query (current)": await timed("fact query", n, lambda i: facts.current(TENANT, user)),
-            "fact store": await timed("fact store", n, lambda i: facts.put(TENANT, user, f"k{i % 50}", f"v{i}", "fact")),
+            f"winner details ({top_k} ids)": await timed(backends, "details", n, lambda i: keywords.fetch(TENANT, user, winners)),
+            "fact query (current)": await timed(backends, "fact query", n, lambda i: facts.current(TENANT, user)),
+            "fact store": await timed(
+                backends, "fact store", n, lambda i: facts.put(TENANT, user, f"k{i % 50}", f"v{i}", "fact")
+            ),
             "vector store (1 row)": await timed(
+                backends,
                 "vector store",
                 n,
                 lambda i: vectors.upsert([_row(user, 100_000 + i, f"new memory {i}", query_vectors[i % n], settings)]),
@@ -184,7 +230,7 @@ async def run(args) -> dict:
                 SummaryState(), [t for t in dialog if t["seq"] <= target], target, max_tokens=512, count_tokens=count_tokens
             )
 
-        results["compression (100 turns, extractive)"] = await timed("compression", max(20, n // 10), compress)
+        results["compression (100 turns, extractive)"] = await timed(backends, "compression", max(20, n // 10), compress)
 
         # The budget over what recall hands it: each question's own best memories (the keyword side's,
         # which carry their text), the 50-turn history and the facts, at 4,096 tokens.
@@ -203,7 +249,7 @@ async def run(args) -> dict:
                 )
             )
 
-        results[f"context budget ({top_k} memories, 4,096 tokens)"] = await timed("budget", n, budget)
+        results[f"context budget ({top_k} memories, 4,096 tokens)"] = await timed(backends, "budget", n, budget)
         await asyncio.gather(log.close(), facts.close(), vectors.close())
         return results
     finally:
@@ -216,12 +262,16 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--other-users", type=int, default=4)
     parser.add_argument("--ops", type=int, default=300)
+    parser.add_argument("--settle-s", type=float, default=60, help="Longest wait for the backends to go idle after loading.")
     parser.add_argument("--json", dest="json_out", default="bench/out/components.json")
     args = parser.parse_args()
     results = asyncio.run(run(args))
-    print(f"\n{'operation':<40}{'p50 ms':>9}{'p99 ms':>9}{'c=32 QPS':>10}")
+    print(f"\n{'operation':<40}{'p50 ms':>9}{'p99 ms':>9}{'c=32 QPS':>10}{'CPU ms: caller':>16}{'backends':>10}")
     for name, row in results.items():
-        print(f"{name:<40}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['qps_c32']:>10.0f}")
+        print(
+            f"{name:<40}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['qps_c32']:>10.0f}"
+            f"{row['caller_cpu_ms']:>16.2f}{row['backend_cpu_ms']:>10.2f}"
+        )
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
