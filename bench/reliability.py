@@ -40,7 +40,7 @@ from serve_app.cli import DEFAULT_CONFIG
 from serve_app.core.auth import hash_key
 from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
 from serve_app.deploy.serve_config import load_serve_config
-from serve_app.embedded.launchers import EmbeddedBackends, Ports, free_port
+from serve_app.embedded.launchers import MILVUS_ENGINES, EmbeddedBackends, Ports, free_port
 
 KEY_A, KEY_B = "reliability-key-a-0123456789", "reliability-key-b-0123456789"
 RETRY_CAP_S = 0.5  # clients honour Retry-After up to this, to keep the run short
@@ -521,13 +521,14 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="Where its servers keep data (default: a temp dir).")
     parser.add_argument("--llm-python", type=Path, default=LLM_VENV_PYTHON, help="A Python with vLLM for the LLM endpoint.")
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
+    parser.add_argument("--milvus-engine", choices=MILVUS_ENGINES, default="lite", help="Embedded Milvus to kill.")
     args = parser.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for var in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI"):
         os.environ.pop(var, None)
     data_dir = (args.data_dir or Path(tempfile.mkdtemp(prefix="memserve-reliability-"))).resolve()
-    backends = EmbeddedBackends(data_dir / "backends", Ports.free()).start()
+    backends = EmbeddedBackends(data_dir / "backends", Ports.free(), milvus_engine=args.milvus_engine).start()
     llm = None
     started = time.monotonic()
     try:
@@ -536,7 +537,7 @@ def main() -> None:
             print(f"LLM endpoint (vLLM, tiny Qwen2) up in {llm.start():.0f}s", flush=True)
         else:
             print(f"no vLLM at {args.llm_python}: the LLM fault is skipped (bash scripts/llm_env.sh makes one)", flush=True)
-        os.environ.update(backends.env)
+        os.environ.update(backends.app_env)
         port = free_port()
         start_ray(ray_temp_dir(data_dir))
         deploy_config(_serve_config(port, llm))
