@@ -121,6 +121,39 @@ def test_an_open_vector_store_reads_again_after_milvus_restarts(tmp_path, engine
     assert (found, listed) == (9, 9)
 
 
+def test_a_milvus_server_stalled_for_seconds_serves_again(tmp_path):
+    """A process starved of CPU for a while (a busy two-core machine) stops renewing its components'
+    etcd sessions; past the session TTL they are revoked and the server answers "service not
+    ready" until someone restarts it. Here it is stopped outright (SIGSTOP) for 15 s, then resumed."""
+    servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="server").start()
+
+    async def scenario() -> int:
+        vectors = await asyncio.to_thread(VectorStore, servers.env["MILVUS_URI"], "stall", 4)
+        try:
+            rows = [MemoryRow(f"r{i}", "t", "u", "s", i, "user", "turn", "x", 0, [1, 0, 0, i / 9]) for i in range(9)]
+            await vectors.upsert(rows)
+            group = servers.backends["milvus"].process.pid
+            os.killpg(group, signal.SIGSTOP)
+            await asyncio.sleep(15)
+            os.killpg(group, signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    return len(await vectors.missing("t", "u", [f"r{i}" for i in range(9)]))
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        finally:
+            await vectors.close()
+
+    try:
+        missing = asyncio.run(scenario())
+    finally:
+        servers.stop()
+    assert missing == 0
+
+
 def _race_row(writer: int, seq: int, vector: list[float]) -> MemoryRow:
     return MemoryRow(
         id=f"{writer}-{seq}",
