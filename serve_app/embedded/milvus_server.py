@@ -33,8 +33,10 @@ ROLES = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNo
 SERVER_SETTINGS: dict[str, object] = {
     # Two DML channels instead of sixteen: one machine, and each channel costs a consumer and ticks.
     "rootCoord.dmlChannelNum": 2,
-    # A restart after a crash waits for the dead process's sessions to expire before it loads again.
-    "common.session.ttl": 10,
+    # How long a component's etcd session outlives its last renewal. A process that a busy machine
+    # starves for longer loses its sessions and stops serving until it is restarted; a restart after
+    # a crash waits up to this long for the dead process's sessions to expire.
+    "common.session.ttl": 30,
     # Loopback only: by default each role advertises the machine's first address.
     **{f"{role}.ip": LOOPBACK for role in ROLES},
 }
