@@ -123,8 +123,8 @@ def test_an_open_vector_store_reads_again_after_milvus_restarts(tmp_path, engine
 
 def test_a_milvus_server_stalled_for_seconds_serves_again(tmp_path):
     """A process starved of CPU for a while (a busy two-core machine) stops renewing its components'
-    etcd sessions; past the session TTL they are revoked and the server answers "service not
-    ready" until someone restarts it. Here it is stopped outright (SIGSTOP) for 15 s, then resumed."""
+    etcd sessions; past the session TTL they are revoked, and the server exits or answers "service
+    not ready" until someone restarts it. Here it is stopped outright (SIGSTOP) for 15 s, then resumed."""
     servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="server").start()
 
     async def scenario() -> int:
