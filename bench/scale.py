@@ -30,6 +30,8 @@ import random
 import statistics
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -191,16 +193,27 @@ def figures(samples: list[float]) -> dict[str, float]:
     }
 
 
-async def concurrent_context(args, user: str, sessions: list[str], asked: list[str]) -> dict:
+async def concurrent_context(args, user: str, sessions: list[str], asked: list[str], served: Path | None) -> dict:
+    """The window's figures and, with `served`, the CPU of its requests (the warm-up not counted)."""
     connector = aiohttp.TCPConnector(limit=args.concurrency + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(args.url, connector=connector, timeout=timeout) as client:
         load = Load(client, user, sessions, asked)
         await run_window(load.context, args.concurrency, 3)
+        before = cpu_seconds(served)
         window = await run_window(load.context, args.concurrency, args.seconds)
+        after = cpu_seconds(served)
     if load.counter > len(asked):
         raise SystemExit(f"{load.counter} requests but {len(asked)} distinct queries: raise --queries")
-    return window.figures()
+    figures = window.figures()
+    return {**figures, "cpu": cpu_per_request(before, after, figures["requests"], window.seconds)}
+
+
+def with_cpu(served: Path | None, requests: int, run: Callable[[], list[float]]) -> tuple[list[float], dict]:
+    """What `run` returns, and the CPU its `requests` took in the service's processes."""
+    before, started = cpu_seconds(served), time.perf_counter()
+    samples = run()
+    return samples, cpu_per_request(before, cpu_seconds(served), requests, time.perf_counter() - started)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -277,32 +290,35 @@ def main() -> None:
             )
             context_queries = [next(asked) for _ in range(args.requests)]
             search_queries = [next(asked) for _ in range(args.requests)]
-            cpu: dict[str, dict] = {}
-            before = cpu_seconds(served)
-            started = time.perf_counter()
-            context = timed(
-                client,
+            context, context_cpu = with_cpu(
+                served,
                 args.requests,
-                f"context @{size}",
-                lambda i, q=context_queries: client.post(
-                    "/v1/context", json={"user_id": user, "session_id": session, "query": q[i], "max_tokens": 4096}
+                partial(
+                    timed,
+                    client,
+                    args.requests,
+                    f"context @{size}",
+                    lambda i, q=context_queries: client.post(
+                        "/v1/context", json={"user_id": user, "session_id": session, "query": q[i], "max_tokens": 4096}
+                    ),
                 ),
             )
-            cpu["context"] = cpu_per_request(before, cpu_seconds(served), args.requests, time.perf_counter() - started)
-            before = cpu_seconds(served)
-            started = time.perf_counter()
-            search = timed(
-                client,
+            search, search_cpu = with_cpu(
+                served,
                 args.requests,
-                f"search @{size}",
-                lambda i, q=search_queries: client.post(f"/v1/users/{user}/memories/search", json={"query": q[i], "top_k": 10}),
+                partial(
+                    timed,
+                    client,
+                    args.requests,
+                    f"search @{size}",
+                    lambda i, q=search_queries: client.post(
+                        f"/v1/users/{user}/memories/search", json={"query": q[i], "top_k": 10}
+                    ),
+                ),
             )
-            cpu["search"] = cpu_per_request(before, cpu_seconds(served), args.requests, time.perf_counter() - started)
             loaded = [next(asked) for _ in range(args.queries // (2 * len(args.sizes)))]
-            before = cpu_seconds(served)
-            concurrent = asyncio.run(concurrent_context(args, user, sessions, loaded))
-            after = cpu_seconds(served)
-            cpu[f"context@{args.concurrency}"] = cpu_per_request(before, after, concurrent["requests"], concurrent["seconds"])
+            concurrent = asyncio.run(concurrent_context(args, user, sessions, loaded, served))
+            cpu = {"context": context_cpu, "search": search_cpu, f"context@{args.concurrency}": concurrent.pop("cpu")}
             results[str(size)] = {
                 "memories": have,
                 "load_s": round(loaded_s, 1),
