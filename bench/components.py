@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from bench.common import percentile
 from bench.locomo_data import questions_of, turns_of
+from bench.memory import cpu_s
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
 from serve_app.core.keywords import memory_keywords, normalize
@@ -59,15 +60,9 @@ def backend_cpu_s(backends: EmbeddedBackends) -> float:
     for backend in backends.backends.values():
         try:
             root = psutil.Process(backend.process.pid)
-            procs = [root, *root.children(recursive=True)]
+            total += sum(cpu_s(proc) for proc in [root, *root.children(recursive=True)])
         except psutil.Error:
             continue
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
     return total
 
 

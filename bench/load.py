@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
 from bench.locomo_data import questions_of, turns_of
-from bench.memory import GROUPS, group_of, service_processes
+from bench.memory import GROUPS, cpu_s, group_of, service_processes
 from bench.search_latency import store_memories
 
 CONCURRENCY = (1, 8, 32)
@@ -182,13 +182,8 @@ def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     that a list taken before the load would miss (their CPU then counts whole, as spent in the window)."""
     totals: dict[str, float] = defaultdict(float)
     for proc in service_processes(data_dir) if data_dir else []:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        totals[group_of(proc)] += times.user + times.system
-    own = psutil.Process().cpu_times()
-    totals[CLIENT] = own.user + own.system
+        totals[group_of(proc)] += cpu_s(proc)
+    totals[CLIENT] = cpu_s(psutil.Process())
     return dict(totals)
 
 

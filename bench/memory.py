@@ -43,6 +43,15 @@ def group_of(proc: psutil.Process) -> str:
     return "Ray: other workers and agents" if "ray" in text else "memserve CLI and others"
 
 
+def cpu_s(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) the process has used so far; 0 for one that is gone."""
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
 def service_processes(data_dir: Path) -> list[psutil.Process]:
     """Processes carrying the marker, the backends `up` recorded, and all their children (a server
     that drops privileges, like PostgreSQL, may start with a fresh environment)."""
