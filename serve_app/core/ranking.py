@@ -45,6 +45,8 @@ class Fused:
     similarity: float | None
     keyword_score: float | None
     in_timeframe: bool
+    fused_score: float | None = None
+    """Set by a second-stage ranking (core/rerank.py), whose score replaces `score`: the fusion's own."""
 
 
 def _rrf(rank: int, weight: float, k: float) -> float:

@@ -1,0 +1,139 @@
+"""Second-stage ranking of the fused candidates: a logistic model over what recall already knows of
+each candidate, no model call and no extra round trip.
+
+Rank fusion weighs every candidate by its two ranks alone. The model also sees how far a candidate
+is from each side's best score, how much of the query its words cover, how long it is (a bare
+"Thanks!" rarely answers anything) and how many better-fused candidates share its session. Its
+weights come from `bench.rerank_fit` (leave-one-file-out figures in the README); the score it gives
+is the model's probability that a candidate is evidence for the query, so scores and order agree.
+
+Pure: recall hands in the fused list, both sides' lists and each candidate's session and text
+length; this returns the new order.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from serve_app.core.ranking import Fused, Scored, Verdict
+
+FEATURES = (
+    "fused",  # fused score over the best fused score of the list
+    "similarity",  # cosine minus the dense side's best (the side's worst for a keyword-only candidate)
+    "dense_rank",  # 1 / (RANK_K + rank) on the dense side, 0 when absent
+    "keyword_share",  # BM25 over the keyword side's best, 0 when absent
+    "keyword_rank",  # 1 / (RANK_K + rank) on the keyword side, 0 when absent
+    "coverage",  # share of the query's idf weight its words match, 0 when absent
+    "length",  # log(1 + characters of its text)
+    "session_above",  # log(1 + better-fused candidates from the same session)
+)
+RANK_K = 20.0
+
+
+@dataclass(frozen=True)
+class RerankModel:
+    """Standardised logistic regression: logit = bias + sum(weight * (x - mean) / scale)."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weight: tuple[float, ...]
+    bias: float
+
+    @cached_property
+    def _linear(self) -> tuple[float, tuple[float, ...]]:
+        """The same logit as intercept + coefficients on raw features: one multiply-add per feature."""
+        coefficients = tuple(w / s for w, s in zip(self.weight, self.scale, strict=True))
+        return self.bias - sum(c * m for c, m in zip(coefficients, self.mean, strict=True)), coefficients
+
+    def logit(self, x: Sequence[float]) -> float:
+        intercept, coefficients = self._linear
+        return intercept + sum(map(operator.mul, coefficients, x))
+
+
+# Fitted by `python -m bench.rerank_fit ../shared/data/locomo` on all three development files.
+SHIPPED_MODEL = RerankModel(
+    mean=(0.33199, -0.158833, 0.020742, 0.20095, 0.011736, 0.16035, 4.778528, 0.827577),
+    scale=(0.23236, 0.073703, 0.013148, 0.291608, 0.015916, 0.247276, 0.601163, 0.696141),
+    weight=(0.609824, 0.311364, 0.277264, 0.993914, -0.111722, 0.136982, 0.905391, 0.189457),
+    bias=-6.162571,
+)
+
+
+@dataclass(frozen=True)
+class About:
+    """What the stores say of a candidate beyond its scores."""
+
+    session_id: str
+    text_length: int
+
+
+def features(
+    fused: Sequence[Fused], dense: Sequence[Scored], keyword: Sequence[Scored], about: Mapping[str, About]
+) -> list[tuple[float, ...]]:
+    """One row of FEATURES per fused candidate, in the fused order; every candidate needs `about`."""
+    best_fused = fused[0].score if fused and fused[0].score > 0 else 1.0
+    similarities = [s.score for s in dense]
+    best_similarity = max(similarities, default=0.0)
+    worst_similarity = min(similarities, default=0.0)
+    best_keyword = max((s.score for s in keyword), default=0.0) or 1.0
+    dense_rank = {s.id: r for r, s in enumerate(dense)}
+    keyword_rank = {s.id: r for r, s in enumerate(keyword)}
+    coverage = {s.id: s.coverage or 0.0 for s in keyword}
+    above: dict[str, int] = {}
+    rows = []
+    for candidate in fused:
+        facts = about[candidate.id]
+        seen = above.get(facts.session_id, 0)
+        above[facts.session_id] = seen + 1
+        similarity = worst_similarity if candidate.similarity is None else candidate.similarity
+        rows.append(
+            (
+                candidate.score / best_fused,
+                similarity - best_similarity,
+                1.0 / (RANK_K + dense_rank[candidate.id]) if candidate.id in dense_rank else 0.0,
+                (candidate.keyword_score or 0.0) / best_keyword,
+                1.0 / (RANK_K + keyword_rank[candidate.id]) if candidate.id in keyword_rank else 0.0,
+                coverage.get(candidate.id, 0.0),
+                math.log1p(facts.text_length),
+                math.log1p(seen),
+            )
+        )
+    return rows
+
+
+def rerank(
+    fused: Sequence[Fused],
+    dense: Sequence[Scored],
+    keyword: Sequence[Scored],
+    about: Mapping[str, About],
+    model: RerankModel = SHIPPED_MODEL,
+) -> list[Fused]:
+    """The candidates best first by the model's probability, which becomes their score (the fused
+    score stays in `fused_score`); equal probabilities keep the fused order."""
+    rows = features(fused, dense, keyword, about)
+    scored = [
+        (1.0 / (1.0 + math.exp(-model.logit(row))), position, candidate)
+        for position, (row, candidate) in enumerate(zip(rows, fused, strict=True))
+    ]
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    return [
+        Fused(c.id, probability, c.similarity, c.keyword_score, c.in_timeframe, fused_score=c.score)
+        for probability, _, c in scored
+    ]
+
+
+def reordered(verdicts: Sequence[Verdict], ranked: Sequence[Fused], limit: int) -> list[Verdict]:
+    """`explain`'s verdicts in the second stage's order: the ranked candidates first, those past
+    `limit` marked `beyond_limit`, then the ones the floors stopped (or that were gone by the
+    fetch), in the fused order."""
+    by_id = {v.fused.id: v for v in verdicts}
+    out = [
+        replace(by_id[f.id], fused=f, kept=i < limit, reason=by_id[f.id].reason if i < limit else "beyond_limit")
+        for i, f in enumerate(ranked)
+    ]
+    placed = {f.id for f in ranked}
+    return out + [v for v in verdicts if v.fused.id not in placed]

@@ -1,0 +1,86 @@
+"""The second-stage ranking: its features, its order and the explained view of it (pure)."""
+
+import math
+
+import pytest
+
+from serve_app.core.ranking import FusionParams, Scored, explain, fuse
+from serve_app.core.rerank import FEATURES, SHIPPED_MODEL, About, RerankModel, features, reordered, rerank
+
+DENSE = [Scored("a", 0.80), Scored("b", 0.60), Scored("c", 0.40)]
+KEYWORD = [Scored("b", 9.0, coverage=0.9), Scored("d", 3.0, coverage=0.5)]
+ABOUT = {
+    "a": About("s1", 10),
+    "b": About("s1", 200),
+    "c": About("s2", 50),
+    "d": About("s1", 0),
+}
+PARAMS = FusionParams(min_similarity=-1)
+
+
+def only(feature: str, weight: float = 1.0) -> RerankModel:
+    """A model that looks at one feature alone."""
+    n = len(FEATURES)
+    weights = tuple(weight if name == feature else 0.0 for name in FEATURES)
+    return RerankModel(mean=(0.0,) * n, scale=(1.0,) * n, weight=weights, bias=0.0)
+
+
+def test_features_follow_their_definitions():
+    fused = fuse(DENSE, KEYWORD, PARAMS)
+    assert [f.id for f in fused] == ["b", "d", "a", "c"]
+    rows = {f.id: dict(zip(FEATURES, row, strict=True)) for f, row in zip(fused, features(fused, DENSE, KEYWORD, ABOUT), strict=True)}
+    assert rows["b"]["fused"] == 1.0 and rows["a"]["fused"] < 1.0
+    assert rows["b"]["similarity"] == pytest.approx(0.60 - 0.80)
+    assert rows["d"]["similarity"] == pytest.approx(0.40 - 0.80)  # keyword-only: the dense side's worst
+    assert rows["a"]["dense_rank"] == pytest.approx(1 / 20) and rows["d"]["dense_rank"] == 0.0
+    assert rows["b"]["keyword_share"] == 1.0 and rows["d"]["keyword_share"] == pytest.approx(3 / 9)
+    assert rows["a"]["keyword_share"] == 0.0 and rows["a"]["keyword_rank"] == 0.0 and rows["a"]["coverage"] == 0.0
+    assert rows["d"]["coverage"] == 0.5
+    assert rows["b"]["length"] == pytest.approx(math.log1p(200))
+    # s1 holds b, d, a in fused order; c is alone in s2
+    assert [rows[i]["session_above"] for i in "bdac"] == pytest.approx([0.0, math.log1p(1), math.log1p(2), 0.0])
+
+
+def test_the_model_decides_the_order_and_its_probability_is_the_score():
+    fused = fuse(DENSE, KEYWORD, PARAMS)
+    by_length = rerank(fused, DENSE, KEYWORD, ABOUT, only("length"))
+    assert [f.id for f in by_length] == ["b", "c", "a", "d"]
+    assert all(0.0 < f.score < 1.0 for f in by_length)
+    assert [f.score for f in by_length] == sorted((f.score for f in by_length), reverse=True)
+    first_stage = {f.id: f.score for f in fused}
+    assert {f.id: f.fused_score for f in by_length} == first_stage
+    # the fused score alone keeps the fusion's order
+    assert [f.id for f in rerank(fused, DENSE, KEYWORD, ABOUT, only("fused"))] == [f.id for f in fused]
+
+
+def test_equal_probabilities_keep_the_fused_order():
+    fused = fuse(DENSE, KEYWORD, PARAMS)
+    blind = only("length", 0.0)
+    assert [f.id for f in rerank(fused, DENSE, KEYWORD, ABOUT, blind)] == [f.id for f in fused]
+
+
+def test_no_candidates_no_work():
+    assert rerank([], [], [], {}) == []
+
+
+def test_the_shipped_model_prefers_a_turn_that_says_something():
+    """Two candidates tied on everything but length: the shipped weights favour the longer text."""
+    dense = [Scored("short", 0.5), Scored("long", 0.5)]
+    fused = fuse(dense, [], PARAMS)
+    about = {"short": About("s", 7), "long": About("s", 160)}
+    assert SHIPPED_MODEL.weight[FEATURES.index("length")] > 0
+    scored = {f.id: f.score for f in rerank(fused, dense, [], about)}
+    assert scored["long"] > scored["short"]
+
+
+def test_explained_verdicts_follow_the_second_stage():
+    params = FusionParams(min_similarity=0.5, min_keyword_share=0.5)
+    verdicts = explain(DENSE, KEYWORD, params)
+    kept = [v.fused for v in verdicts if v.kept]
+    ranked = rerank(kept, DENSE, KEYWORD, ABOUT, only("length"))
+    out = reordered(verdicts, ranked, limit=1)
+    assert [v.fused.id for v in out[: len(ranked)]] == [f.id for f in ranked]
+    assert out[0].kept and all(not v.kept and v.reason == "beyond_limit" for v in out[1 : len(ranked)])
+    stopped = [v for v in verdicts if not v.kept]
+    assert out[len(ranked) :] == stopped and all(v.reason.endswith("_floor") for v in stopped)
+    assert {v.fused.id for v in out} == {v.fused.id for v in verdicts}
