@@ -1,0 +1,165 @@
+"""Fit the second-stage ranking model (serve_app/core/rerank.py) on LoCoMo conversations, and score it
+leave-one-file-out against rank fusion alone, per category.
+
+    python -m bench.rerank_fit ../shared/data/locomo --json bench/out/rerank_fit.json
+
+In process, like `bench.recall_tune`: the service's keyword normalization, fusion with the shipped
+defaults and both floors on (as `/v1/context` and a plain search use them), the real stores, the
+features exactly as the service computes them (`rerank.features`). The label of a candidate is
+whether its turn is evidence for the question. For each file, a model fitted on the other files
+ranks that file's candidates (**held out**); the last line fits all files and prints the model to
+ship (its in-sample figures are not the ones to quote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from tqdm import tqdm
+
+from bench.locomo_data import CATEGORIES, recall_at
+from bench.recall_tune import Conversation, Variant, _created, index_and_search
+from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.rerank import FEATURES, About, RerankModel, features, rerank
+from serve_app.core.timeframe import query_timeframe
+from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.encoding.sentence import SentenceEncoder
+from serve_app.settings import Settings
+
+K = 10
+REGULARIZATION = 1.0  # sklearn's C
+
+
+def candidates(conv: Conversation, qi: int, variant: str, params: FusionParams):
+    """(fused kept candidates, dense, keyword, about, dia_id by candidate id) for one question."""
+    dense_hits, keyword_hits = conv.dense[qi], conv.keyword[variant][qi]
+    where = {h.id: h for h in (*dense_hits, *keyword_hits)}
+    dense = [Scored(h.id, h.score, _created(h)) for h in dense_hits]
+    keyword = [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword_hits]
+    fused = fuse(dense, keyword, params, query_timeframe(conv.questions[qi].text))
+    about = {i: About(h.session_id, len(h.text)) for i, h in where.items()}
+    by_seq = {(f"s{t.session}", t.seq): t.dia_id for t in conv.turns}
+    dia = {i: by_seq[(h.session_id, h.seq)] for i, h in where.items()}
+    return fused, dense, keyword, about, dia
+
+
+def fit(convs: list[Conversation], variant: str, params: FusionParams) -> RerankModel:
+    rows, labels = [], []
+    for conv in convs:
+        for qi, question in enumerate(conv.questions):
+            fused, dense, keyword, about, dia = candidates(conv, qi, variant, params)
+            rows += features(fused, dense, keyword, about)
+            labels += [dia[f.id] in question.evidence for f in fused]
+    x = np.array(rows)
+    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
+    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit((x - mean) / scale, np.array(labels))
+    return RerankModel(
+        mean=tuple(round(float(v), 6) for v in mean),
+        scale=tuple(round(float(v), 6) for v in scale),
+        weight=tuple(round(float(v), 6) for v in model.coef_[0]),
+        bias=round(float(model.intercept_[0]), 6),
+    )
+
+
+def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: RerankModel) -> list[dict]:
+    out = []
+    for qi, question in enumerate(conv.questions):
+        fused, dense, keyword, about, dia = candidates(conv, qi, variant, params)
+        reranked = rerank(fused, dense, keyword, about, model)
+        out.append(
+            {
+                "category": CATEGORIES[question.category],
+                "fusion": recall_at([dia[f.id] for f in fused], question.evidence, K),
+                "reranked": recall_at([dia[f.id] for f in reranked], question.evidence, K),
+            }
+        )
+    return out
+
+
+def summary(rows: list[dict]) -> dict:
+    by = {"all": rows} | {c: [r for r in rows if r["category"] == c] for c in CATEGORIES.values()}
+    return {
+        name: {
+            "n": len(group),
+            "fusion": statistics.fmean(r["fusion"] for r in group),
+            "reranked": statistics.fmean(r["reranked"] for r in group),
+        }
+        for name, group in by.items()
+        if group
+    }
+
+
+def paired_interval(rows: list[dict], rounds: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of the mean paired gain over questions."""
+    gains = [r["reranked"] - r["fusion"] for r in rows]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choice(gains) for _ in gains) for _ in range(rounds))
+    return means[int(0.025 * rounds)], means[int(0.975 * rounds) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
+    parser.add_argument("--json", dest="json_out", default="bench/out/rerank_fit.json")
+    args = parser.parse_args()
+    files = sorted(args.data.glob("*.json"))
+    if len(files) < 2:
+        raise SystemExit("leave-one-file-out needs at least two files")
+    settings = Settings()
+    variant = Variant(settings.recall_keyword_context_turns, settings.recall_keyword_self_weight)
+    params = FusionParams(
+        dense_weight=settings.recall_dense_weight,
+        keyword_weight=settings.recall_keyword_weight,
+        time_weight=settings.recall_time_weight,
+        rrf_k=settings.recall_rrf_k,
+        min_similarity=settings.recall_min_score,
+        min_keyword_share=settings.recall_min_keyword_share,
+        min_keyword_coverage=settings.recall_min_keyword_coverage,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = EmbeddedBackends(Path(tmp), Ports.free()).start()
+        try:
+            encoder = SentenceEncoder(int8=settings.embedding_int8)
+            convs = asyncio.run(index_and_search(files, [variant], encoder, backends.env))
+        finally:
+            backends.stop()
+
+    held_out: list[dict] = []
+    per_file = {}
+    for conv in tqdm(convs, desc="leave one file out", unit="file"):
+        model = fit([c for c in convs if c is not conv], variant.name, params)
+        rows = recall_rows(conv, variant.name, params, model)
+        per_file[conv.name] = summary(rows)["all"]
+        held_out += rows
+    table = summary(held_out)
+    low, high = paired_interval(held_out)
+    print(f"\nrecall@{K}, floors on, each file ranked by a model fitted on the others (held out)")
+    print(f"{'':<13}{'n':>5}{'fusion':>9}{'reranked':>10}")
+    for name, row in table.items():
+        print(f"{name:<13}{row['n']:>5}{row['fusion']:>9.3f}{row['reranked']:>10.3f}")
+    gain = table["all"]["reranked"] - table["all"]["fusion"]
+    print(f"paired gain over all questions: {gain:+.3f} (95% bootstrap {low:+.3f} .. {high:+.3f})")
+    print("per file: " + ", ".join(f"{n} {r['fusion']:.3f} -> {r['reranked']:.3f}" for n, r in per_file.items()))
+    shipped = fit(convs, variant.name, params)
+    print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
+    print(f"features: {', '.join(FEATURES)}")
+    print(shipped)
+    out = Path(args.json_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {"k": K, "held_out": table, "interval": [low, high], "per_file": per_file, "model": shipped.__dict__}, indent=2
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
