@@ -257,7 +257,10 @@ class SearchHit(BaseModel):
 
     id: str
     text: str
-    score: float
+    score: float = Field(
+        description="What the hits are ordered by: with the second-stage ranking on (`recall_rerank`, the default) the "
+        "model's probability that the memory answers the query, else the fused score."
+    )
     session_id: str
     seq: int
     created_at: datetime
@@ -331,8 +334,9 @@ class SearchRequest(Strict):
 
 
 class ExplainedHit(SearchHit):
-    """A candidate of either search, with what fusion made of it. `score` is the fused score."""
+    """A candidate of either search, with what fusion and the second stage made of it."""
 
+    fused_score: float = Field(description="Its weighted reciprocal-rank fusion score (the first stage).")
     kept: bool
     reason: Literal[
         "similarity", "keywords", "no_floor", "similarity_floor", "keyword_coverage_floor", "keyword_share_floor", "beyond_limit"

@@ -110,6 +110,11 @@ class Settings(BaseSettings):
         "query that shares only a word or two with every memory recalls none of them.",
     )
     recall_hybrid: bool = Field(True, description="Fuse BM25 keyword matches with dense similarity (off = dense only).")
+    recall_rerank: bool = Field(
+        True,
+        description="Order the fused candidates by the second-stage model (core/rerank.py: scores, coverage, length, "
+        "session) before the cut to top_k; off = the fusion's order. The score returned is then its probability.",
+    )
     recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")
     recall_dense_weight: float = Field(0.5, ge=0)
     recall_keyword_weight: float = Field(1.0, ge=0)

@@ -18,6 +18,7 @@ from serve_app.core.clock import ms_to_datetime
 from serve_app.core.keywords import normalize
 from serve_app.core.ranking import FusionParams, Scored, Verdict, explain, fuse
 from serve_app.core.records import Hit
+from serve_app.core.rerank import About, reordered, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
 from serve_app.errors import RecallUnavailable
@@ -96,19 +97,28 @@ async def recall(
     dense_scored = [Scored(memory_id, similarity, when(created)) for memory_id, similarity, created in dense]
     keyword_scored = [Scored(h.id, h.score, when(h.created_at_ms), h.coverage) for h in keyword]
     params = fusion_params(settings, min_score)
-    verdicts = explain(dense_scored, keyword_scored, params, timeframe, limit=top_k) if explained else []
+    # The second stage orders every kept candidate, so the cut to top_k comes after it.
+    cut = None if settings.recall_rerank else top_k
+    verdicts = explain(dense_scored, keyword_scored, params, timeframe, limit=cut) if explained else []
     if explained:
         fused = [v.fused for v in verdicts if v.kept]
     else:
-        fused = fuse(dense_scored, keyword_scored, params, timeframe, limit=top_k)
+        fused = fuse(dense_scored, keyword_scored, params, timeframe, limit=cut)
     details = {h.id: h for h in keyword}
     wanted = [v.fused.id for v in verdicts] if explained else [f.id for f in fused]
     missing = [i for i in wanted if i not in details]
     details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
+    if settings.recall_rerank:
+        # A memory deleted between the search and the fetch is simply left out.
+        about = {i: About(h.session_id, len(h.text)) for i, h in details.items()}
+        ranked = rerank([f for f in fused if f.id in about], dense_scored, keyword_scored, about)
+        if explained:
+            verdicts = reordered(verdicts, ranked, top_k)
+        fused = ranked[:top_k]
     if observe_ms is not None:
         observe_ms((time.perf_counter() - started) * 1000)
-    # A memory deleted between the search and the fetch is simply left out. The hits are this
-    # request's own objects: scored in place (dataclasses.replace cost more than the fusion).
+    # The hits are this request's own objects: scored in place (dataclasses.replace cost more than
+    # the fusion).
     hits = []
     for f in fused:
         if (hit := details.get(f.id)) is not None:

@@ -179,7 +179,8 @@ def test_search_with_explain_shows_the_scores_the_api_gives(world, browser):
         explained = api.post(f"/v1/users/{world['user']}/memories/search", json={"query": query, "explain": True}).json()
     assert [r.get_attribute("data-memory-id") for r in rows] == [c["id"] for c in explained["candidates"]]
     for row, candidate in zip(rows, explained["candidates"], strict=True):
-        assert row.find_element(By.CSS_SELECTOR, "[data-score=fused]").text == f"{candidate['score']:.4f}"
+        assert row.find_element(By.CSS_SELECTOR, "[data-score=relevance]").text == f"{candidate['score']:.4f}"
+        assert row.find_element(By.CSS_SELECTOR, "[data-score=fused]").text == f"{candidate['fused_score']:.4f}"
         assert candidate["reason"] in row.text and ("kept" if candidate["kept"] else "dropped") in row.text
     _shot(browser, "search-explain")
 
