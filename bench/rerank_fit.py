@@ -28,43 +28,47 @@ from tqdm import tqdm
 from bench.locomo_data import CATEGORIES, recall_at
 from bench.recall_tune import Conversation, Variant, _created, index_and_search
 from serve_app.core.ranking import FusionParams, Scored, fuse
-from serve_app.core.rerank import FEATURES, About, RerankModel, features, rerank
+from serve_app.core.rerank import FEATURES, RerankModel, features, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.settings import Settings
 
-K = 10
+KS = (1, 5, 10, 20)
 REGULARIZATION = 1.0  # sklearn's C
 
 
 def candidates(conv: Conversation, qi: int, variant: str, params: FusionParams):
-    """(fused kept candidates, dense, keyword, about, dia_id by candidate id) for one question."""
+    """(fused kept candidates, dense, keyword, hit by candidate id, dia_id by candidate id) for one question."""
     dense_hits, keyword_hits = conv.dense[qi], conv.keyword[variant][qi]
     where = {h.id: h for h in (*dense_hits, *keyword_hits)}
     dense = [Scored(h.id, h.score, _created(h)) for h in dense_hits]
     keyword = [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword_hits]
     fused = fuse(dense, keyword, params, query_timeframe(conv.questions[qi].text))
-    about = {i: About(h.session_id, len(h.text)) for i, h in where.items()}
     by_seq = {(f"s{t.session}", t.seq): t.dia_id for t in conv.turns}
     dia = {i: by_seq[(h.session_id, h.seq)] for i, h in where.items()}
-    return fused, dense, keyword, about, dia
+    return fused, dense, keyword, where, dia
 
 
-def fit(convs: list[Conversation], variant: str, params: FusionParams) -> RerankModel:
+def fit(convs: list[Conversation], variant: str, params: FusionParams, without: frozenset[str] = frozenset()) -> RerankModel:
+    """Logistic regression on every kept candidate of every question; a feature in `without` gets
+    weight 0 (the model is fitted on the others)."""
     rows, labels = [], []
     for conv in convs:
         for qi, question in enumerate(conv.questions):
-            fused, dense, keyword, about, dia = candidates(conv, qi, variant, params)
-            rows += features(fused, dense, keyword, about)
+            fused, dense, keyword, hits, dia = candidates(conv, qi, variant, params)
+            rows += features(fused, dense, keyword, hits)
             labels += [dia[f.id] in question.evidence for f in fused]
     x = np.array(rows)
+    used = [i for i, name in enumerate(FEATURES) if name not in without]
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit((x - mean) / scale, np.array(labels))
+    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit(((x - mean) / scale)[:, used], np.array(labels))
+    weight = np.zeros(len(FEATURES))
+    weight[used] = model.coef_[0]
     return RerankModel(
         mean=tuple(round(float(v), 6) for v in mean),
         scale=tuple(round(float(v), 6) for v in scale),
-        weight=tuple(round(float(v), 6) for v in model.coef_[0]),
+        weight=tuple(round(float(v), 6) for v in weight),
         bias=round(float(model.intercept_[0]), 6),
     )
 
@@ -72,13 +76,13 @@ def fit(convs: list[Conversation], variant: str, params: FusionParams) -> Rerank
 def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: RerankModel) -> list[dict]:
     out = []
     for qi, question in enumerate(conv.questions):
-        fused, dense, keyword, about, dia = candidates(conv, qi, variant, params)
-        reranked = rerank(fused, dense, keyword, about, model)
+        fused, dense, keyword, hits, dia = candidates(conv, qi, variant, params)
+        reranked = rerank(fused, dense, keyword, hits, model)
         out.append(
             {
                 "category": CATEGORIES[question.category],
-                "fusion": recall_at([dia[f.id] for f in fused], question.evidence, K),
-                "reranked": recall_at([dia[f.id] for f in reranked], question.evidence, K),
+                "fusion": [recall_at([dia[f.id] for f in fused], question.evidence, k) for k in KS],
+                "reranked": [recall_at([dia[f.id] for f in reranked], question.evidence, k) for k in KS],
             }
         )
     return out
@@ -89,17 +93,17 @@ def summary(rows: list[dict]) -> dict:
     return {
         name: {
             "n": len(group),
-            "fusion": statistics.fmean(r["fusion"] for r in group),
-            "reranked": statistics.fmean(r["reranked"] for r in group),
+            "fusion": [statistics.fmean(r["fusion"][i] for r in group) for i in range(len(KS))],
+            "reranked": [statistics.fmean(r["reranked"][i] for r in group) for i in range(len(KS))],
         }
         for name, group in by.items()
         if group
     }
 
 
-def paired_interval(rows: list[dict], rounds: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of the mean paired gain over questions."""
-    gains = [r["reranked"] - r["fusion"] for r in rows]
+def paired_interval(rows: list[dict], at: int, rounds: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of the mean paired gain over questions, in recall at KS[at]."""
+    gains = [r["reranked"][at] - r["fusion"][at] for r in rows]
     rng = random.Random(0)
     means = sorted(statistics.fmean(rng.choice(gains) for _ in gains) for _ in range(rounds))
     return means[int(0.025 * rounds)], means[int(0.975 * rounds) - 1]
@@ -109,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
     parser.add_argument("--json", dest="json_out", default="bench/out/rerank_fit.json")
+    parser.add_argument("--without", default="", help="Features to leave out, comma-separated (of: " + ", ".join(FEATURES) + ").")
     args = parser.parse_args()
     files = sorted(args.data.glob("*.json"))
     if len(files) < 2:
@@ -132,23 +137,26 @@ def main() -> None:
         finally:
             backends.stop()
 
+    without = frozenset(args.without.split(",")) if args.without else frozenset()
     held_out: list[dict] = []
     per_file = {}
     for conv in tqdm(convs, desc="leave one file out", unit="file"):
-        model = fit([c for c in convs if c is not conv], variant.name, params)
+        model = fit([c for c in convs if c is not conv], variant.name, params, without)
         rows = recall_rows(conv, variant.name, params, model)
         per_file[conv.name] = summary(rows)["all"]
         held_out += rows
     table = summary(held_out)
-    low, high = paired_interval(held_out)
-    print(f"\nrecall@{K}, floors on, each file ranked by a model fitted on the others (held out)")
-    print(f"{'':<13}{'n':>5}{'fusion':>9}{'reranked':>10}")
-    for name, row in table.items():
-        print(f"{name:<13}{row['n']:>5}{row['fusion']:>9.3f}{row['reranked']:>10.3f}")
-    gain = table["all"]["reranked"] - table["all"]["fusion"]
-    print(f"paired gain over all questions: {gain:+.3f} (95% bootstrap {low:+.3f} .. {high:+.3f})")
-    print("per file: " + ", ".join(f"{n} {r['fusion']:.3f} -> {r['reranked']:.3f}" for n, r in per_file.items()))
-    shipped = fit(convs, variant.name, params)
+    print("\nrecall@k, floors on, each file ranked by a model fitted on the others (held out): fusion -> reranked")
+    print(f"{'':<13}{'n':>5}" + "".join(f"{f'R@{k}':>16}" for k in KS))
+    for name, row in [*table.items(), *per_file.items()]:
+        cells = "".join(f"{f'{a:.3f} -> {b:.3f}':>16}" for a, b in zip(row["fusion"], row["reranked"], strict=True))
+        print(f"{name:<13}{row['n']:>5}{cells}")
+    intervals = {k: paired_interval(held_out, i) for i, k in enumerate(KS)}
+    print(
+        "paired gain, 95% bootstrap over questions: "
+        + ", ".join(f"R@{k} {low:+.3f} .. {high:+.3f}" for k, (low, high) in intervals.items())
+    )
+    shipped = fit(convs, variant.name, params, without)
     print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
     print(f"features: {', '.join(FEATURES)}")
     print(shipped)
@@ -156,7 +164,15 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"k": K, "held_out": table, "interval": [low, high], "per_file": per_file, "model": shipped.__dict__}, indent=2
+            {
+                "ks": KS,
+                "without": sorted(without),
+                "held_out": table,
+                "intervals": intervals,
+                "per_file": per_file,
+                "model": shipped.__dict__,
+            },
+            indent=2,
         )
     )
 

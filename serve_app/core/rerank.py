@@ -18,6 +18,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Protocol
 
 from serve_app.core.ranking import Fused, Scored, Verdict
 
@@ -56,23 +57,22 @@ class RerankModel:
 
 # Fitted by `python -m bench.rerank_fit ../shared/data/locomo` on all three development files.
 SHIPPED_MODEL = RerankModel(
-    mean=(0.33199, -0.158833, 0.020742, 0.20095, 0.011736, 0.16035, 4.778528, 0.827577),
+    mean=(0.331991, -0.158833, 0.020742, 0.20095, 0.011736, 0.16035, 4.778528, 0.827577),
     scale=(0.23236, 0.073703, 0.013148, 0.291608, 0.015916, 0.247276, 0.601163, 0.696141),
-    weight=(0.609824, 0.311364, 0.277264, 0.993914, -0.111722, 0.136982, 0.905391, 0.189457),
-    bias=-6.162571,
+    weight=(0.609821, 0.311365, 0.277264, 0.993914, -0.111718, 0.136981, 0.905391, 0.189457),
+    bias=-6.16257,
 )
 
 
-@dataclass(frozen=True)
-class About:
-    """What the stores say of a candidate beyond its scores."""
+class Described(Protocol):
+    """What the stores say of a candidate beyond its scores (a `records.Hit` is one)."""
 
     session_id: str
-    text_length: int
+    text: str
 
 
 def features(
-    fused: Sequence[Fused], dense: Sequence[Scored], keyword: Sequence[Scored], about: Mapping[str, About]
+    fused: Sequence[Fused], dense: Sequence[Scored], keyword: Sequence[Scored], about: Mapping[str, Described]
 ) -> list[tuple[float, ...]]:
     """One row of FEATURES per fused candidate, in the fused order; every candidate needs `about`."""
     best_fused = fused[0].score if fused and fused[0].score > 0 else 1.0
@@ -98,7 +98,7 @@ def features(
                 (candidate.keyword_score or 0.0) / best_keyword,
                 1.0 / (RANK_K + keyword_rank[candidate.id]) if candidate.id in keyword_rank else 0.0,
                 coverage.get(candidate.id, 0.0),
-                math.log1p(facts.text_length),
+                math.log1p(len(facts.text)),
                 math.log1p(seen),
             )
         )
@@ -109,7 +109,7 @@ def rerank(
     fused: Sequence[Fused],
     dense: Sequence[Scored],
     keyword: Sequence[Scored],
-    about: Mapping[str, About],
+    about: Mapping[str, Described],
     model: RerankModel = SHIPPED_MODEL,
 ) -> list[Fused]:
     """The candidates best first by the model's probability, which becomes their score (the fused

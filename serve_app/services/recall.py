@@ -18,7 +18,7 @@ from serve_app.core.clock import ms_to_datetime
 from serve_app.core.keywords import normalize
 from serve_app.core.ranking import FusionParams, Scored, Verdict, explain, fuse
 from serve_app.core.records import Hit
-from serve_app.core.rerank import About, reordered, rerank
+from serve_app.core.rerank import reordered, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
 from serve_app.errors import RecallUnavailable
@@ -110,8 +110,7 @@ async def recall(
     details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
     if settings.recall_rerank:
         # A memory deleted between the search and the fetch is simply left out.
-        about = {i: About(h.session_id, len(h.text)) for i, h in details.items()}
-        ranked = rerank([f for f in fused if f.id in about], dense_scored, keyword_scored, about)
+        ranked = rerank([f for f in fused if f.id in details], dense_scored, keyword_scored, details)
         if explained:
             verdicts = reordered(verdicts, ranked, top_k)
         fused = ranked[:top_k]

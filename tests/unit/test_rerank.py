@@ -1,20 +1,28 @@
 """The second-stage ranking: its features, its order and the explained view of it (pure)."""
 
 import math
+from dataclasses import dataclass
 
 import pytest
 
 from serve_app.core.ranking import FusionParams, Scored, explain, fuse
-from serve_app.core.rerank import FEATURES, SHIPPED_MODEL, About, RerankModel, features, reordered, rerank
+from serve_app.core.rerank import FEATURES, SHIPPED_MODEL, RerankModel, features, reordered, rerank
 
 DENSE = [Scored("a", 0.80), Scored("b", 0.60), Scored("c", 0.40)]
 KEYWORD = [Scored("b", 9.0, coverage=0.9), Scored("d", 3.0, coverage=0.5)]
-ABOUT = {
-    "a": About("s1", 10),
-    "b": About("s1", 200),
-    "c": About("s2", 50),
-    "d": About("s1", 0),
-}
+
+
+@dataclass
+class Memory:
+    session_id: str
+    text: str
+
+
+def memory(session: str, length: int) -> Memory:
+    return Memory(session, "x" * length)
+
+
+ABOUT = {"a": memory("s1", 10), "b": memory("s1", 200), "c": memory("s2", 50), "d": memory("s1", 0)}
 PARAMS = FusionParams(min_similarity=-1)
 
 
@@ -28,7 +36,9 @@ def only(feature: str, weight: float = 1.0) -> RerankModel:
 def test_features_follow_their_definitions():
     fused = fuse(DENSE, KEYWORD, PARAMS)
     assert [f.id for f in fused] == ["b", "d", "a", "c"]
-    rows = {f.id: dict(zip(FEATURES, row, strict=True)) for f, row in zip(fused, features(fused, DENSE, KEYWORD, ABOUT), strict=True)}
+    rows = {
+        f.id: dict(zip(FEATURES, row, strict=True)) for f, row in zip(fused, features(fused, DENSE, KEYWORD, ABOUT), strict=True)
+    }
     assert rows["b"]["fused"] == 1.0 and rows["a"]["fused"] < 1.0
     assert rows["b"]["similarity"] == pytest.approx(0.60 - 0.80)
     assert rows["d"]["similarity"] == pytest.approx(0.40 - 0.80)  # keyword-only: the dense side's worst
@@ -67,7 +77,7 @@ def test_the_shipped_model_prefers_a_turn_that_says_something():
     """Two candidates tied on everything but length: the shipped weights favour the longer text."""
     dense = [Scored("short", 0.5), Scored("long", 0.5)]
     fused = fuse(dense, [], PARAMS)
-    about = {"short": About("s", 7), "long": About("s", 160)}
+    about = {"short": memory("s", 7), "long": memory("s", 160)}
     assert SHIPPED_MODEL.weight[FEATURES.index("length")] > 0
     scored = {f.id: f.score for f in rerank(fused, dense, [], about)}
     assert scored["long"] > scored["short"]
