@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
 import time
 import uuid
@@ -36,13 +37,16 @@ from bench.memory import cpu_s
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
 from serve_app.core.keywords import memory_keywords, normalize
+from serve_app.core.ranking import Scored, fuse
 from serve_app.core.records import MemoryRow
+from serve_app.core.rerank import rerank
 from serve_app.core.tokenizer import count_tokens
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.query import load_query_encoder
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.compaction import history_tokens
 from serve_app.services.context import fact_line, memory_item
+from serve_app.services.recall import fusion_params
 from serve_app.settings import Settings
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
@@ -245,6 +249,24 @@ async def run(args) -> dict:
             )
 
         results[f"context budget ({top_k} memories, 4,096 tokens)"] = await timed(backends, "budget", n, budget)
+
+        # The second stage over what each question's searches and fusion keep, with their details,
+        # as recall hands them over (services/recall.py).
+        params = fusion_params(settings)
+        staged = []
+        for i, query in enumerate(queries):
+            dense = [Scored(m, s) for m, s, _ in await vectors.search_dense_ids(TENANT, user, query_vectors[i], limit=candidates)]
+            found = await keywords.search(TENANT, user, normalize(query), limit=candidates)
+            keyword = [Scored(h.id, h.score, None, h.coverage) for h in found]
+            kept = fuse(dense, keyword, params)
+            details = {h.id: h for h in found} | {h.id: h for h in await keywords.fetch(TENANT, user, [f.id for f in kept])}
+            staged.append(([f for f in kept if f.id in details], dense, keyword, details))
+        kept_mean = statistics.fmean(len(s[0]) for s in staged)
+
+        async def second_stage(i: int) -> None:
+            rerank(*staged[i])
+
+        results[f"second-stage ranking ({kept_mean:.0f} candidates)"] = await timed(backends, "rerank", n, second_stage)
         await asyncio.gather(log.close(), facts.close(), vectors.close())
         return results
     finally:

@@ -81,6 +81,8 @@ def test_recall_across_sessions_and_memories_api(client):
     assert added.status_code == 200
     hits = client.post(f"/v1/users/{user}/memories/search", json={"query": "what food can the dog eat?", "top_k": 5}).json()
     assert hits[0]["text"] == "My dog Rex is allergic to chicken." and hits[0]["session_id"] == old
+    scores = [h["score"] for h in hits]  # the second stage's probabilities, best first
+    assert scores == sorted(scores, reverse=True) and all(0 < s < 1 for s in scores)
     assert client.post(f"/v1/users/{_sid('stranger')}/memories/search", json={"query": "dog", "top_k": 5}).json() == []
 
     new = _sid()
