@@ -155,6 +155,7 @@ CONTEXT_PARTS = (
     "vector recall",
     "keyword recall",
     "winner details",
+    "second-stage ranking",
     "get history",
     "fact query",
     "context budget",
