@@ -32,6 +32,7 @@ from serve_app.core.rerank import FEATURES, RerankModel, features, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
+from serve_app.services.recall import fusion_params
 from serve_app.settings import Settings
 
 KS = (1, 5, 10, 20)
@@ -120,15 +121,7 @@ def main() -> None:
         raise SystemExit("leave-one-file-out needs at least two files")
     settings = Settings()
     variant = Variant(settings.recall_keyword_context_turns, settings.recall_keyword_self_weight)
-    params = FusionParams(
-        dense_weight=settings.recall_dense_weight,
-        keyword_weight=settings.recall_keyword_weight,
-        time_weight=settings.recall_time_weight,
-        rrf_k=settings.recall_rrf_k,
-        min_similarity=settings.recall_min_score,
-        min_keyword_share=settings.recall_min_keyword_share,
-        min_keyword_coverage=settings.recall_min_keyword_coverage,
-    )
+    params = fusion_params(settings)  # the floors on, as the service runs them
     with tempfile.TemporaryDirectory() as tmp:
         backends = EmbeddedBackends(Path(tmp), Ports.free()).start()
         try:
