@@ -360,7 +360,10 @@ class Floors(BaseModel):
 
 class SearchExplained(BaseModel):
     hits: list[SearchHit] = Field(description="What the same search without explain answers.")
-    candidates: list[ExplainedHit] = Field(description="Every candidate, best fused score first, kept or not.")
+    candidates: list[ExplainedHit] = Field(
+        description="Every candidate, kept or not: those that passed the floors in the hits' order (past top_k: "
+        "beyond_limit), then those the floors stopped, best fused score first."
+    )
     floors: Floors
     degraded: list[str]
 

@@ -139,6 +139,7 @@ class SearchHit(_Model):
     id: str
     text: str
     score: float
+    """What the hits are ordered by: the second stage's probability (or the fused score with `recall_rerank` off)."""
     session_id: str
     seq: int
     created_at: datetime
@@ -206,8 +207,10 @@ class SearchRequest(_Model):
 
 
 class ExplainedHit(SearchHit):
-    """A candidate of either search with what fusion made of it; `score` is the fused score."""
+    """A candidate of either search with what fusion and the second stage made of it: `score` is what
+    the hits are ordered by, `fused_score` the fusion's."""
 
+    fused_score: float
     kept: bool
     reason: str
     dense_similarity: float | None

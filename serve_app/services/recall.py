@@ -33,7 +33,8 @@ class Recall:
     hits: list[Hit]
     degraded: list[str] = field(default_factory=list)
     verdicts: list[tuple[Verdict, Hit]] = field(default_factory=list)
-    """With `explained`: every candidate with its memory, kept or not, best fused score first."""
+    """With `explained`: every candidate with its memory, kept or not: in the hits' order (the second
+    stage's, when on), then the ones the floors stopped, best fused score first."""
 
 
 def fusion_params(settings: Settings, min_score: float | None = None) -> FusionParams:
