@@ -71,6 +71,8 @@ def fit(convs: list[Conversation], variant: str, params: FusionParams, without: 
         scale=tuple(round(float(v), 6) for v in scale),
         weight=tuple(round(float(v), 6) for v in weight),
         bias=round(float(model.intercept_[0]), 6),
+        low=tuple(round(float(v), 6) for v in x.min(axis=0)),
+        high=tuple(round(float(v), 6) for v in x.max(axis=0)),
     )
 
 

@@ -7,14 +7,13 @@ is from each side's best score, how much of the query its words cover, how long 
 weights come from `bench.rerank_fit` (leave-one-file-out figures in the README); the score it gives
 is the model's probability that a candidate is evidence for the query, so scores and order agree.
 
-Pure: recall hands in the fused list, both sides' lists and each candidate's session and text
-length; this returns the new order.
+Pure: recall hands in the fused list, both sides' lists and each candidate's session and text;
+this returns the new order.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -37,30 +36,39 @@ RANK_K = 20.0
 
 @dataclass(frozen=True)
 class RerankModel:
-    """Standardised logistic regression: logit = bias + sum(weight * (x - mean) / scale)."""
+    """Standardised logistic regression, logit = bias + sum(weight * (x - mean) / scale), over each
+    feature held to the range it had in the fitting data (`low`..`high`): the model says nothing
+    about values it never saw, such as a memory ten times longer than any turn it was fitted on."""
 
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     weight: tuple[float, ...]
     bias: float
+    low: tuple[float, ...]
+    high: tuple[float, ...]
 
     @cached_property
-    def _linear(self) -> tuple[float, tuple[float, ...]]:
-        """The same logit as intercept + coefficients on raw features: one multiply-add per feature."""
-        coefficients = tuple(w / s for w, s in zip(self.weight, self.scale, strict=True))
-        return self.bias - sum(c * m for c, m in zip(coefficients, self.mean, strict=True)), coefficients
+    def _linear(self) -> tuple[float, tuple[tuple[float, float, float], ...]]:
+        """The same logit as intercept + coefficient * feature: one multiply-add per feature."""
+        coefficients = [w / s for w, s in zip(self.weight, self.scale, strict=True)]
+        intercept = self.bias - sum(c * m for c, m in zip(coefficients, self.mean, strict=True))
+        return intercept, tuple(zip(coefficients, self.low, self.high, strict=True))
 
     def logit(self, x: Sequence[float]) -> float:
-        intercept, coefficients = self._linear
-        return intercept + sum(map(operator.mul, coefficients, x))
+        total, terms = self._linear
+        for (coefficient, low, high), value in zip(terms, x, strict=True):
+            total += coefficient * (low if value < low else high if value > high else value)
+        return total
 
 
 # Fitted by `python -m bench.rerank_fit ../shared/data/locomo` on all three development files.
 SHIPPED_MODEL = RerankModel(
-    mean=(0.331991, -0.158833, 0.020742, 0.20095, 0.011736, 0.16035, 4.778528, 0.827577),
+    mean=(0.33199, -0.158833, 0.020742, 0.20095, 0.011736, 0.16035, 4.778528, 0.827577),
     scale=(0.23236, 0.073703, 0.013148, 0.291608, 0.015916, 0.247276, 0.601163, 0.696141),
-    weight=(0.609821, 0.311365, 0.277264, 0.993914, -0.111718, 0.136981, 0.905391, 0.189457),
-    bias=-6.16257,
+    weight=(0.609823, 0.311364, 0.277264, 0.993915, -0.111721, 0.136982, 0.905392, 0.189456),
+    bias=-6.162571,
+    low=(0.075, -0.495866, 0.0, 0.0, 0.0, 0.0, 2.197225, 0.0),
+    high=(1.0, 0.0, 0.05, 1.0, 0.05, 1.0, 6.098074, 3.091042),
 )
 
 
@@ -116,7 +124,7 @@ def rerank(
     score stays in `fused_score`); equal probabilities keep the fused order."""
     rows = features(fused, dense, keyword, about)
     scored = [
-        (1.0 / (1.0 + math.exp(-model.logit(row))), position, candidate)
+        (_probability(model.logit(row)), position, candidate)
         for position, (row, candidate) in enumerate(zip(rows, fused, strict=True))
     ]
     scored.sort(key=lambda item: (-item[0], item[1]))
@@ -124,6 +132,10 @@ def rerank(
         Fused(c.id, probability, c.similarity, c.keyword_score, c.in_timeframe, fused_score=c.score)
         for probability, _, c in scored
     ]
+
+
+def _probability(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-min(max(logit, -500.0), 500.0)))  # exp overflows past about 709
 
 
 def reordered(verdicts: Sequence[Verdict], ranked: Sequence[Fused], limit: int) -> list[Verdict]:

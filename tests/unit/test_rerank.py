@@ -1,7 +1,7 @@
 """The second-stage ranking: its features, its order and the explained view of it (pure)."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -30,7 +30,7 @@ def only(feature: str, weight: float = 1.0) -> RerankModel:
     """A model that looks at one feature alone."""
     n = len(FEATURES)
     weights = tuple(weight if name == feature else 0.0 for name in FEATURES)
-    return RerankModel(mean=(0.0,) * n, scale=(1.0,) * n, weight=weights, bias=0.0)
+    return RerankModel(mean=(0.0,) * n, scale=(1.0,) * n, weight=weights, bias=0.0, low=(-1e9,) * n, high=(1e9,) * n)
 
 
 def test_features_follow_their_definitions():
@@ -94,3 +94,17 @@ def test_explained_verdicts_follow_the_second_stage():
     stopped = [v for v in verdicts if not v.kept]
     assert out[len(ranked) :] == stopped and all(v.reason.endswith("_floor") for v in stopped)
     assert {v.fused.id for v in out} == {v.fused.id for v in verdicts}
+
+
+def test_the_model_does_not_extrapolate_past_what_it_was_fitted_on():
+    """A memory far longer than any turn of the fitting data scores as the longest of those did."""
+    longest = round(math.exp(SHIPPED_MODEL.high[FEATURES.index("length")]) - 1)
+    dense = [Scored("m", 0.5)]
+    fused = fuse(dense, [], PARAMS)
+
+    def score(length: int, model: RerankModel = SHIPPED_MODEL) -> float:
+        return rerank(fused, dense, [], {"m": memory("s", length)}, model)[0].score
+
+    assert score(20_000) == pytest.approx(score(longest)) and score(longest) > score(longest // 4)
+    unbounded = replace(SHIPPED_MODEL, low=(-1e9,) * len(FEATURES), high=(1e9,) * len(FEATURES))
+    assert score(20_000, unbounded) > 2 * score(longest, unbounded)  # what the bounds prevent
