@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from bench.locomo_data import CATEGORIES, Question, Turn, questions_of, recall_at, turns_of
 from serve_app.core.keywords import memory_keywords, normalize
-from serve_app.core.ranking import FusionParams, Scored, fuse
+from serve_app.core.ranking import Fused, FusionParams, Scored, fuse
 from serve_app.core.records import Hit, MemoryRow
 from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
@@ -128,17 +128,30 @@ def _created(hit: Hit) -> datetime:
     return datetime.fromtimestamp(hit.created_at_ms / 1000, tz=UTC)
 
 
-def ranked_dia(conv: Conversation, qi: int, variant: str, params: FusionParams, use_time: bool) -> list[str]:
-    dense, keyword = conv.dense[qi], conv.keyword[variant][qi]
-    where = {h.id: h for h in (*dense, *keyword)}
-    fused = fuse(
-        [Scored(h.id, h.score, _created(h)) for h in dense],
-        [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword],
-        params,
-        query_timeframe(conv.questions[qi].text) if use_time else None,
-    )
+@dataclass
+class Candidates:
+    """One question's first stage: what fusion keeps, both sides' lists, each candidate's hit and turn."""
+
+    fused: list[Fused]
+    dense: list[Scored]
+    keyword: list[Scored]
+    hits: dict[str, Hit]
+    dia: dict[str, str]
+
+
+def fused_candidates(conv: Conversation, qi: int, variant: str, params: FusionParams, use_time: bool = True) -> Candidates:
+    dense_hits, keyword_hits = conv.dense[qi], conv.keyword[variant][qi]
+    hits = {h.id: h for h in (*dense_hits, *keyword_hits)}
+    dense = [Scored(h.id, h.score, _created(h)) for h in dense_hits]
+    keyword = [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword_hits]
+    fused = fuse(dense, keyword, params, query_timeframe(conv.questions[qi].text) if use_time else None)
     by_seq = {(f"s{t.session}", t.seq): t.dia_id for t in conv.turns}
-    return [by_seq[(where[f.id].session_id, where[f.id].seq)] for f in fused]
+    return Candidates(fused, dense, keyword, hits, {i: by_seq[(h.session_id, h.seq)] for i, h in hits.items()})
+
+
+def ranked_dia(conv: Conversation, qi: int, variant: str, params: FusionParams, use_time: bool) -> list[str]:
+    found = fused_candidates(conv, qi, variant, params, use_time)
+    return [found.dia[f.id] for f in found.fused]
 
 
 def score(convs: list[Conversation], variant: str, params: FusionParams, use_time: bool = True) -> dict[str, float]:

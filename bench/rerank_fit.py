@@ -26,10 +26,9 @@ from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
 from bench.locomo_data import CATEGORIES, recall_at
-from bench.recall_tune import Conversation, Variant, _created, index_and_search
-from serve_app.core.ranking import FusionParams, Scored, fuse
+from bench.recall_tune import Conversation, Variant, fused_candidates, index_and_search
+from serve_app.core.ranking import FusionParams
 from serve_app.core.rerank import FEATURES, RerankModel, features, rerank
-from serve_app.core.timeframe import query_timeframe
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.recall import fusion_params
@@ -39,27 +38,15 @@ KS = (1, 5, 10, 20)
 REGULARIZATION = 1.0  # sklearn's C
 
 
-def candidates(conv: Conversation, qi: int, variant: str, params: FusionParams):
-    """(fused kept candidates, dense, keyword, hit by candidate id, dia_id by candidate id) for one question."""
-    dense_hits, keyword_hits = conv.dense[qi], conv.keyword[variant][qi]
-    where = {h.id: h for h in (*dense_hits, *keyword_hits)}
-    dense = [Scored(h.id, h.score, _created(h)) for h in dense_hits]
-    keyword = [Scored(h.id, h.score, _created(h), h.coverage) for h in keyword_hits]
-    fused = fuse(dense, keyword, params, query_timeframe(conv.questions[qi].text))
-    by_seq = {(f"s{t.session}", t.seq): t.dia_id for t in conv.turns}
-    dia = {i: by_seq[(h.session_id, h.seq)] for i, h in where.items()}
-    return fused, dense, keyword, where, dia
-
-
 def fit(convs: list[Conversation], variant: str, params: FusionParams, without: frozenset[str] = frozenset()) -> RerankModel:
     """Logistic regression on every kept candidate of every question; a feature in `without` gets
     weight 0 (the model is fitted on the others)."""
     rows, labels = [], []
     for conv in convs:
         for qi, question in enumerate(conv.questions):
-            fused, dense, keyword, hits, dia = candidates(conv, qi, variant, params)
-            rows += features(fused, dense, keyword, hits)
-            labels += [dia[f.id] in question.evidence for f in fused]
+            found = fused_candidates(conv, qi, variant, params)
+            rows += features(found.fused, found.dense, found.keyword, found.hits)
+            labels += [found.dia[f.id] in question.evidence for f in found.fused]
     x = np.array(rows)
     used = [i for i, name in enumerate(FEATURES) if name not in without]
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
@@ -79,13 +66,13 @@ def fit(convs: list[Conversation], variant: str, params: FusionParams, without: 
 def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: RerankModel) -> list[dict]:
     out = []
     for qi, question in enumerate(conv.questions):
-        fused, dense, keyword, hits, dia = candidates(conv, qi, variant, params)
-        reranked = rerank(fused, dense, keyword, hits, model)
+        found = fused_candidates(conv, qi, variant, params)
+        reranked = rerank(found.fused, found.dense, found.keyword, found.hits, model)
         out.append(
             {
                 "category": CATEGORIES[question.category],
-                "fusion": [recall_at([dia[f.id] for f in fused], question.evidence, k) for k in KS],
-                "reranked": [recall_at([dia[f.id] for f in reranked], question.evidence, k) for k in KS],
+                "fusion": [recall_at([found.dia[f.id] for f in found.fused], question.evidence, k) for k in KS],
+                "reranked": [recall_at([found.dia[f.id] for f in reranked], question.evidence, k) for k in KS],
             }
         )
     return out
