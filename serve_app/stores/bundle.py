@@ -13,6 +13,7 @@ from serve_app.settings import Settings
 from serve_app.stores.audit import AuditLog
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
+from serve_app.stores.pg_pool import session_lock
 from serve_app.stores.rate_limit import RateLimiter
 from serve_app.stores.session_log import SessionLog
 from serve_app.stores.vectors import VectorStore
@@ -36,20 +37,15 @@ class Stores:
         facts = await FactStore.connect(settings.postgres_dsn)
         # Replicas starting together would race to create the collection and its partitions (one
         # could read a half-made partition list): a PostgreSQL advisory lock lets one make it whole.
-        async with facts.pool.acquire() as conn:
-            lock = f"memserve milvus collection\x1f{settings.milvus_collection}"
-            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", lock)
-            try:
-                vectors = await asyncio.to_thread(
-                    VectorStore,
-                    settings.milvus_uri,
-                    settings.milvus_collection,
-                    settings.embedding_dim,
-                    settings.milvus_token,
-                    settings.milvus_partitions,
-                )
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
+        async with session_lock(facts.pool, f"memserve milvus collection\x1f{settings.milvus_collection}"):
+            vectors = await asyncio.to_thread(
+                VectorStore,
+                settings.milvus_uri,
+                settings.milvus_collection,
+                settings.embedding_dim,
+                settings.milvus_token,
+                settings.milvus_partitions,
+            )
         # Every replica that finds the collection released (Milvus restarted) counts it in Redis: the
         # memorizer repairs the vectors a restarted Milvus Lite lost (services/memories.repair_vectors).
         vectors.on_reload = lambda: log.redis.incr(MILVUS_RELOADS_KEY)

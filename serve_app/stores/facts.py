@@ -13,6 +13,7 @@ import asyncpg
 
 from serve_app.core.records import FACT_CATEGORIES
 from serve_app.errors import InvalidRequest
+from serve_app.stores.pg_pool import create_pool
 from serve_app.stores.pg_schema import migrate
 
 
@@ -48,10 +49,7 @@ class FactStore:
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 8) -> FactStore:
-        # JIT compiles plans for seconds on a cold start; these statements are short OLTP ones.
-        pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, command_timeout=10, server_settings={"jit": "off"}
-        )
+        pool = await create_pool(dsn, min_size=min_size, max_size=max_size)
         await migrate(pool)
         return cls(pool)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from serve_app.stores.pg_pool import session_lock
+
 # Append-only list: a released migration is never edited, only followed by a new one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
@@ -189,20 +191,16 @@ _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together mig
 
 async def migrate(pool: asyncpg.Pool) -> int:
     """Apply pending migrations in order, each in its own transaction; returns the schema version."""
-    async with pool.acquire() as conn:
-        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-        try:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-            for version, sql in MIGRATIONS:
-                if version in applied:
-                    continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
-            return max([v for v, _ in MIGRATIONS] + list(applied))
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
+    async with session_lock(pool, _MIGRATION_LOCK) as conn:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, sql in MIGRATIONS:
+            if version in applied:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+        return max([v for v, _ in MIGRATIONS] + list(applied))
