@@ -5,6 +5,7 @@ The same code runs embedded and in production; only these values change.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
@@ -115,6 +116,11 @@ class Settings(BaseSettings):
         description="Order the fused candidates by the second-stage model (core/rerank.py: scores, coverage, length, "
         "session) before the cut to top_k; off = the fusion's order. The score returned is then its probability.",
     )
+    recall_rerank_model: str = Field(
+        "",
+        description="JSON file of a second-stage model fitted on your own conversations (`python -m bench.rerank_fit "
+        "DATA --model-out FILE`); empty: the shipped model, fitted on the LoCoMo development files.",
+    )
     recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")
     recall_dense_weight: float = Field(0.5, ge=0)
     recall_keyword_weight: float = Field(1.0, ge=0)
@@ -196,6 +202,15 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _rerank_model_readable(self) -> Settings:
+        self.rerank_model()  # a file that cannot be read or is not a model stops the start, with the reason
+        return self
+
+    def rerank_model(self):
+        """The second stage's model: the shipped one, or `recall_rerank_model`'s (read once per process)."""
+        return _rerank_model(self.recall_rerank_model)
+
     def keyring(self):
         """The API keys of `api_keys` and `api_keys_file` together."""
         from serve_app.core.auth import KeyRing
@@ -226,3 +241,15 @@ class Settings(BaseSettings):
         data["milvus_token"] = "***" if self.milvus_token else ""
         data["llm_api_key"] = "***" if self.llm_api_key else ""
         return data
+
+
+@lru_cache(maxsize=8)
+def _rerank_model(path: str):
+    from serve_app.core.rerank import SHIPPED_MODEL, RerankModel
+
+    if not path:
+        return SHIPPED_MODEL
+    try:
+        return RerankModel.from_file(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"recall_rerank_model {path!r} is not a second-stage model file: {exc}") from exc

@@ -13,10 +13,12 @@ this returns the new order.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -48,6 +50,27 @@ class RerankModel:
     bias: float
     low: tuple[float, ...]
     high: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> RerankModel:
+        """A model as `to_dict` wrote it; one fitted on other features than FEATURES is refused."""
+        if list(data.get("features", ())) != list(FEATURES):
+            wanted = ", ".join(FEATURES)
+            raise ValueError(f"a second-stage model must be fitted on the features {wanted}; got {data.get('features')}")
+        vectors = {name: tuple(float(v) for v in data[name]) for name in ("mean", "scale", "weight", "low", "high")}
+        for name, values in vectors.items():
+            if len(values) != len(FEATURES):
+                raise ValueError(f"a second-stage model's {name} needs {len(FEATURES)} values, got {len(values)}")
+        if any(v <= 0 for v in vectors["scale"]):
+            raise ValueError("a second-stage model's scales must be positive")
+        return cls(**vectors, bias=float(data["bias"]))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RerankModel:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"features": list(FEATURES), **asdict(self)}
 
     @cached_property
     def _arrays(self) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:

@@ -111,7 +111,7 @@ async def recall(
     details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
     if settings.recall_rerank:
         # A memory deleted between the search and the fetch is simply left out.
-        ranked = rerank([f for f in fused if f.id in details], dense_scored, keyword_scored, details)
+        ranked = rerank([f for f in fused if f.id in details], dense_scored, keyword_scored, details, settings.rerank_model())
         if explained:
             verdicts = reordered(verdicts, ranked, top_k)
         fused = ranked[:top_k]

@@ -1,6 +1,7 @@
 """Recall's order against real PostgreSQL and Milvus Lite: the second stage over what fusion keeps,
 or the fusion's own order with `recall_rerank` off; the explained view agrees with both."""
 
+import json
 import uuid
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.ranking import Scored, fuse
 from serve_app.core.records import MemoryRow
-from serve_app.core.rerank import rerank
+from serve_app.core.rerank import FEATURES, RerankModel, rerank
 from serve_app.services.recall import fusion_params, recall
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -94,3 +95,27 @@ async def test_with_the_second_stage_off_the_fusion_decides(world):
     found = await recall(stores, embed_one, "t", user, QUERY, top_k=4, settings=plain)
     assert [h.id for h in found.hits] == [f.id for f in kept[:4]]
     assert [h.score for h in found.hits] == [round(f.score, 6) for f in kept[:4]]
+
+
+async def test_a_model_fitted_elsewhere_orders_recall(world, tmp_path):
+    """`recall_rerank_model`: a model file (as bench.rerank_fit --model-out writes one) replaces the
+    shipped model; here one that reads the text's length alone, shortest first."""
+    stores, settings, user, encoder = world
+    n = len(FEATURES)
+    shortest_first = RerankModel(
+        mean=(0.0,) * n, scale=(1.0,) * n, weight=tuple(-1.0 if f == "length" else 0.0 for f in FEATURES), bias=0.0,
+        low=(-1e9,) * n, high=(1e9,) * n,
+    )  # fmt: skip
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(shortest_first.to_dict()))
+    own = Settings(**{**settings.model_dump(), "recall_rerank_model": str(path)})
+    vector = (await encoder.encode_async([QUERY]))[0]
+
+    async def embed_one(_: str):
+        return vector
+
+    found = await recall(stores, embed_one, "t", user, QUERY, top_k=10, settings=own)
+    lengths = [len(h.text) for h in found.hits]
+    assert len(lengths) > 2 and lengths == sorted(lengths)
+    shipped = await recall(stores, embed_one, "t", user, QUERY, top_k=10, settings=settings)
+    assert [h.id for h in shipped.hits] != [h.id for h in found.hits]

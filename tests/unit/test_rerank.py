@@ -1,5 +1,6 @@
 """The second-stage ranking: its features, its order and the explained view of it (pure)."""
 
+import json
 import math
 from dataclasses import dataclass, replace
 
@@ -108,3 +109,34 @@ def test_the_model_does_not_extrapolate_past_what_it_was_fitted_on():
     assert score(20_000) == pytest.approx(score(longest)) and score(longest) > score(longest // 4)
     unbounded = replace(SHIPPED_MODEL, low=(-1e9,) * len(FEATURES), high=(1e9,) * len(FEATURES))
     assert score(20_000, unbounded) > 2 * score(longest, unbounded)  # what the bounds prevent
+
+
+def test_a_model_file_reads_back_as_the_same_model(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(SHIPPED_MODEL.to_dict()))
+    assert RerankModel.from_file(path) == SHIPPED_MODEL
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"features": [*FEATURES[:-1], "neighbour"]}, "fitted on the features"),
+        ({"weight": [1.0, 2.0]}, "weight needs"),
+        ({"scale": [0.0] * len(FEATURES)}, "scales must be positive"),
+    ],
+)
+def test_a_model_fitted_on_other_features_or_malformed_is_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        RerankModel.from_dict({**SHIPPED_MODEL.to_dict(), **change})
+
+
+def test_settings_refuse_a_model_file_that_is_not_one(tmp_path):
+    from serve_app.settings import Settings
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"features": []}')
+    with pytest.raises(ValueError, match="is not a second-stage model file"):
+        Settings(recall_rerank_model=str(broken))
+    with pytest.raises(ValueError, match="is not a second-stage model file"):
+        Settings(recall_rerank_model=str(tmp_path / "missing.json"))
+    assert Settings().rerank_model() is SHIPPED_MODEL
