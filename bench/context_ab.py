@@ -7,23 +7,49 @@ distinct questions, requests interleaved (the order alternates) so that both see
 Each service gets a user with a 500-turn past session (numbers, ids and dates in every turn), a
 50-turn current session and one fact, memorized before timing. Arms: each service with the
 defaults, with `top_k` 0 (no recall: the rest of the request) and B with `top_k` 8 (the memory
-count before the elastic budget). Prints each arm's p50 and the median of its paired differences
-against A's defaults: on a noisy machine the paired difference is the figure to read.
+count before the elastic budget). Timing starts once the machine is as quiet as it was before the
+preparation (the memorizer, Milvus's compaction and PostgreSQL's autovacuum of the new rows done).
+Prints each arm's p50 and the median of its paired differences against A's defaults with a 95%
+bootstrap interval over rounds: on a noisy machine the paired difference is the figure to read, and
+an interval wider than the effect says that this run cannot resolve it.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 import uuid
 
 import httpx
+import psutil
 from tqdm import tqdm
 
 from bench.context_latency import prepare_user
 
 PAST_TURNS = 500
+
+
+def machine_busy(seconds: float = 3.0) -> float:
+    """Share of all cores busy over the next `seconds`."""
+    return psutil.cpu_percent(interval=seconds) / 100
+
+
+def settle(idle: float, margin: float = 0.05, longest_s: float = 300) -> float:
+    """Wait until the machine is no busier than it was idle (plus `margin`), or `longest_s`; returns
+    the last reading."""
+    deadline = time.monotonic() + longest_s
+    while (busy := machine_busy()) > idle + margin and time.monotonic() < deadline:
+        pass
+    return busy
+
+
+def median_interval(diffs: list[float], rounds: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of the median paired difference."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(rounds))
+    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
 
 
 def main() -> None:
@@ -34,6 +60,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4096)
     args = parser.parse_args()
     user = "ab-" + uuid.uuid4().hex[:8]
+    idle = machine_busy()
     for url in (args.a, args.b):
         with httpx.Client(base_url=url, timeout=120) as client:
             prepare_user(client, user, PAST_TURNS)
@@ -49,6 +76,8 @@ def main() -> None:
         for i in range(10):
             body = {"user_id": user, "session_id": f"{user}-now", "query": f"warm-up {i}", "max_tokens": args.max_tokens}
             clients[side].post("/v1/context", json={**body, **extra}).raise_for_status()
+    busy = settle(idle)
+    print(f"machine busy {idle:.0%} idle before preparing, {busy:.0%} when timing starts")
     samples: dict[str, list[float]] = {name: [] for name in arms}
     for i in tqdm(range(args.requests), desc="paired requests", unit="round"):
         order = list(arms.items()) if i % 2 == 0 else list(reversed(arms.items()))
@@ -59,10 +88,12 @@ def main() -> None:
             clients[side].post("/v1/context", json=body).raise_for_status()
             samples[name].append((time.perf_counter() - started) * 1000)
     base = samples["A defaults"]
-    print(f"\n{'arm':<12}{'p50 ms':>9}{'paired diff vs A defaults':>28}")
+    print(f"\n{'arm':<12}{'p50 ms':>9}{'paired diff vs A defaults':>28}{'95% interval':>18}")
     for name, times in samples.items():
-        paired = statistics.median([t - b for b, t in zip(base, times, strict=True)])
-        print(f"{name:<12}{statistics.median(times):>9.2f}{paired:>+28.2f}")
+        diffs = [t - b for b, t in zip(base, times, strict=True)]
+        low, high = median_interval(diffs)
+        interval = f"{low:+.2f} .. {high:+.2f}" if name != "A defaults" else ""
+        print(f"{name:<12}{statistics.median(times):>9.2f}{statistics.median(diffs):>+28.2f}{interval:>18}")
 
 
 if __name__ == "__main__":

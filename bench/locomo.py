@@ -31,6 +31,7 @@ import re
 import statistics
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -44,6 +45,7 @@ KS = (1, 5, 10, 20)
 MODES = {"defaults": {}, "uncapped": {"min_score": -1}}
 
 
+IN_SAMPLE = "in-sample on the files the defaults were tuned on (../shared/data/locomo); held out: bench.locomo_held_out"
 UNANSWERABLE = 5  # LoCoMo's adversarial category: what the conversation does not say
 
 
@@ -98,97 +100,107 @@ def ingest(client: httpx.Client, data: dict, user: str) -> dict[tuple[str, int],
     return where
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--api-key", default="", help="Bearer key when the service requires one.")
-    parser.add_argument("--budgets", default="2048,8192", help="max_tokens of the context calls, comma-separated.")
-    parser.add_argument("--json", dest="json_out", default="bench/out/locomo.json")
-    args = parser.parse_args()
+@dataclass
+class Rows:
+    """Per-question rows of one or more files: answerable questions, LoCoMo's category 5, unrelated ones."""
 
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    questions: list[dict] = field(default_factory=list)
+    unanswerable: list[dict] = field(default_factory=list)
+    unrelated: list[dict] = field(default_factory=list)
+    search_ms: dict[str, list[float]] = field(default_factory=lambda: {mode: [] for mode in MODES})
+    context_ms: list[float] = field(default_factory=list)
+
+    def extend(self, other: Rows) -> None:
+        self.questions += other.questions
+        self.unanswerable += other.unanswerable
+        self.unrelated += other.unrelated
+        for mode, ms in other.search_ms.items():
+            self.search_ms[mode] += ms
+        self.context_ms += other.context_ms
+
+
+def collect(client: httpx.Client, paths: list[Path], budgets: list[int]) -> Rows:
+    """Ingest each file as one user (memorized before any question), then ask every question."""
     run = uuid.uuid4().hex[:6]
-    per_question = []
-    search_ms: dict[str, list[float]] = {mode: [] for mode in MODES}
-    budgets = [int(b) for b in args.budgets.split(",")]
-    context_ms: list[float] = []
-    unanswerable: list[dict] = []
-    unrelated: list[dict] = []
-    with httpx.Client(base_url=args.url, timeout=120, headers=headers) as client:
-        for path in sorted(args.data.glob("*.json")):
-            data = json.loads(path.read_text())
-            user = f"locomo-{path.stem}-{run}"
-            where = ingest(client, data, user)
-            last: dict[str, int] = {}
-            for session, seq in where:
-                last[session] = max(last.get(session, 0), seq)
-            wait_memorized(client, last)
-            texts = turn_texts(data)
-            adversarial = [
-                q.get("question") or q.get("adversarial_question") or "" for q in data["qa"] if q.get("category") == UNANSWERABLE
-            ]
-            for rows, asked, what in (
-                (unanswerable, adversarial, "unanswerable"),
-                (unrelated, unrelated_to(list(texts.values())), "unrelated"),
-            ):
-                for question in tqdm(asked, desc=f"{what} {path.name}", unit="q"):
-                    row = {"file": path.name}
-                    for budget in budgets:
-                        usage = build_context(client, user, question, budget)["usage"]
-                        row[f"memory tokens@{budget}"] = usage["sections"]["memory"]["tokens"]
-                    rows.append(row)
-            questions = [q for q in data["qa"] if q.get("category") in CATEGORIES]
-            for qa in tqdm(questions, desc=f"questions {path.name}", unit="q"):
-                evidence = {e.strip() for item in qa["evidence"] for e in str(item).split(";") if e.strip()}
-                if not evidence:
-                    continue
-                row = {"file": path.name, "category": qa["category"]}
-                for mode, options in MODES.items():
-                    started = time.perf_counter()
-                    hits = client.post(
-                        f"/v1/users/{user}/memories/search", json={"query": qa["question"], "top_k": max(KS), **options}
-                    ).json()
-                    search_ms[mode].append((time.perf_counter() - started) * 1000)
-                    ranked: list[str] = []
-                    for hit in hits:
-                        dia = where.get((hit["session_id"], hit["seq"]))
-                        if dia and dia not in ranked:
-                            ranked.append(dia)
-                    for k in KS:
-                        found = evidence & set(ranked[:k])
-                        row[f"{mode} recall@{k}"] = len(found) / len(evidence)
-                        row[f"{mode} full@{k}"] = float(found == evidence)
+    rows = Rows()
+    for path in paths:
+        data = json.loads(path.read_text())
+        user = f"locomo-{path.stem}-{run}"
+        where = ingest(client, data, user)
+        last: dict[str, int] = {}
+        for session, seq in where:
+            last[session] = max(last.get(session, 0), seq)
+        wait_memorized(client, last)
+        texts = turn_texts(data)
+        adversarial = [
+            q.get("question") or q.get("adversarial_question") or "" for q in data["qa"] if q.get("category") == UNANSWERABLE
+        ]
+        for kept, asked, what in (
+            (rows.unanswerable, adversarial, "unanswerable"),
+            (rows.unrelated, unrelated_to(list(texts.values())), "unrelated"),
+        ):
+            for question in tqdm(asked, desc=f"{what} {path.name}", unit="q"):
+                row = {"file": path.name}
                 for budget in budgets:
-                    started = time.perf_counter()
-                    built = build_context(client, user, qa["question"], budget)
-                    context_ms.append((time.perf_counter() - started) * 1000)
-                    row[f"evidence@{budget}"] = evidence_in_prompt(built["messages"], evidence, texts)
-                    row[f"memory tokens@{budget}"] = built["usage"]["sections"]["memory"]["tokens"]
-                    row[f"total tokens@{budget}"] = built["usage"]["total_tokens"]
-                per_question.append(row)
+                    usage = build_context(client, user, question, budget)["usage"]
+                    row[f"memory tokens@{budget}"] = usage["sections"]["memory"]["tokens"]
+                kept.append(row)
+        questions = [q for q in data["qa"] if q.get("category") in CATEGORIES]
+        for qa in tqdm(questions, desc=f"questions {path.name}", unit="q"):
+            evidence = {e.strip() for item in qa["evidence"] for e in str(item).split(";") if e.strip()}
+            if not evidence:
+                continue
+            row = {"file": path.name, "category": qa["category"]}
+            for mode, options in MODES.items():
+                started = time.perf_counter()
+                hits = client.post(
+                    f"/v1/users/{user}/memories/search", json={"query": qa["question"], "top_k": max(KS), **options}
+                ).json()
+                rows.search_ms[mode].append((time.perf_counter() - started) * 1000)
+                ranked: list[str] = []
+                for hit in hits:
+                    dia = where.get((hit["session_id"], hit["seq"]))
+                    if dia and dia not in ranked:
+                        ranked.append(dia)
+                for k in KS:
+                    found = evidence & set(ranked[:k])
+                    row[f"{mode} recall@{k}"] = len(found) / len(evidence)
+                    row[f"{mode} full@{k}"] = float(found == evidence)
+            for budget in budgets:
+                started = time.perf_counter()
+                built = build_context(client, user, qa["question"], budget)
+                rows.context_ms.append((time.perf_counter() - started) * 1000)
+                row[f"evidence@{budget}"] = evidence_in_prompt(built["messages"], evidence, texts)
+                row[f"memory tokens@{budget}"] = built["usage"]["sections"]["memory"]["tokens"]
+                row[f"total tokens@{budget}"] = built["usage"]["total_tokens"]
+            rows.questions.append(row)
+    return rows
 
-    def mean(rows, key):
-        return statistics.fmean(r[key] for r in rows) if rows else 0.0
 
-    def recall(rows: list[dict]) -> dict[str, float]:
-        figures = {f"{mode} recall@{k}": mean(rows, f"{mode} recall@{k}") for mode in MODES for k in KS}
+def summarize(rows: Rows, budgets: list[int]) -> dict:
+    per_question = rows.questions
+
+    def mean(group, key):
+        return statistics.fmean(r[key] for r in group) if group else 0.0
+
+    def recall(group: list[dict]) -> dict[str, float]:
+        figures = {f"{mode} recall@{k}": mean(group, f"{mode} recall@{k}") for mode in MODES for k in KS}
         for budget in budgets:
-            figures[f"evidence@{budget}"] = mean(rows, f"evidence@{budget}")
-            figures[f"memory tokens@{budget}"] = mean(rows, f"memory tokens@{budget}")
-            figures[f"total tokens@{budget}"] = mean(rows, f"total tokens@{budget}")
+            figures[f"evidence@{budget}"] = mean(group, f"evidence@{budget}")
+            figures[f"memory tokens@{budget}"] = mean(group, f"memory tokens@{budget}")
+            figures[f"total tokens@{budget}"] = mean(group, f"total tokens@{budget}")
         return figures
 
     figures: dict = {"questions": len(per_question), "all": recall(per_question)}
     figures["full_coverage@10"] = {mode: mean(per_question, f"{mode} full@10") for mode in MODES}
-    figures["search_p50_ms"] = {mode: percentile(ms, 50) for mode, ms in search_ms.items()}
-    figures["context_p50_ms"], figures["context_p95_ms"] = percentile(context_ms, 50), percentile(context_ms, 95)
-    for name, rows in (("unanswerable", unanswerable), ("unrelated", unrelated)):
+    figures["search_p50_ms"] = {mode: percentile(ms, 50) for mode, ms in rows.search_ms.items()}
+    figures["context_p50_ms"], figures["context_p95_ms"] = percentile(rows.context_ms, 50), percentile(rows.context_ms, 95)
+    for name, group in (("unanswerable", rows.unanswerable), ("unrelated", rows.unrelated)):
         figures[name] = {
-            "questions": len(rows),
-            **{f"memory tokens@{b}": mean(rows, f"memory tokens@{b}") for b in budgets},
+            "questions": len(group),
+            **{f"memory tokens@{b}": mean(group, f"memory tokens@{b}") for b in budgets},
             **{
-                f"share of answerable@{b}": mean(rows, f"memory tokens@{b}") / max(1e-9, figures["all"][f"memory tokens@{b}"])
+                f"share of answerable@{b}": mean(group, f"memory tokens@{b}") / max(1e-9, figures["all"][f"memory tokens@{b}"])
                 for b in budgets
             },
         }
@@ -196,7 +208,10 @@ def main() -> None:
     figures["by_file"] = {
         f: recall([r for r in per_question if r["file"] == f]) for f in sorted({r["file"] for r in per_question})
     }
+    return figures
 
+
+def report(figures: dict, budgets: list[int], provenance: str) -> None:
     print("\nrecall@k of memory search: shipped defaults (floors on) | uncapped (min_score -1)")
     print(f"{'':<14}" + "".join(f"{'R@' + str(k):>8}" for k in KS) + "  |" + "".join(f"{'R@' + str(k):>8}" for k in KS))
     for name, row in {"all": figures["all"], **figures["by_category"], **figures["by_file"]}.items():
@@ -217,7 +232,24 @@ def main() -> None:
         none = figures[name]
         cells = "".join(f"{none[f'share of answerable@{b}']:>9.1%}{none[f'memory tokens@{b}']:>9.0f}{'':>7}" for b in budgets)
         print(f"{name:<15}{cells}   ({what}, {none['questions']} questions; share: of answerable memory tokens)")
-    print("in-sample on the files bench.recall_tune tuned the defaults on (../shared/data/locomo); held out on others")
+    print(provenance)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--api-key", default="", help="Bearer key when the service requires one.")
+    parser.add_argument("--budgets", default="2048,8192", help="max_tokens of the context calls, comma-separated.")
+    parser.add_argument("--json", dest="json_out", default="bench/out/locomo.json")
+    args = parser.parse_args()
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    budgets = [int(b) for b in args.budgets.split(",")]
+    with httpx.Client(base_url=args.url, timeout=120, headers=headers) as client:
+        rows = collect(client, sorted(args.data.glob("*.json")), budgets)
+    figures = summarize(rows, budgets)
+    report(figures, budgets, IN_SAMPLE)
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2))

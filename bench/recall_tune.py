@@ -206,6 +206,32 @@ def by_category(convs: list[Conversation], variant: str, params: FusionParams) -
     return {CATEGORIES[c]: statistics.fmean(v) for c, v in rows.items() if v}
 
 
+VARIANTS = [Variant(c, w) for c in (0, 1, 2, 3) for w in (1, 2)]
+GridPoint = tuple[str, FusionParams]
+
+
+def fusion_grid() -> list[GridPoint]:
+    """Every keyword variant with every fusion setting tried, floors off."""
+    return [
+        (v.name, FusionParams(dense_weight=dw, keyword_weight=1.0, time_weight=tw, rrf_k=k, min_similarity=-1))
+        for v in VARIANTS
+        for dw, k, tw in itertools.product((0.35, 0.5, 0.75, 1.0), (10, 20, 40, 60), (0.0, 0.5, 1.0))
+    ]
+
+
+def score_grid(convs: list[Conversation], grid: list[GridPoint]) -> dict[GridPoint, dict[str, float]]:
+    return {(name, params): score(convs, name, params) for name, params in tqdm(grid, desc="grid", unit="point")}
+
+
+def best_on(table: dict[GridPoint, dict[str, float]], files: list[str]) -> GridPoint:
+    """The grid point with the best mean recall over `files`."""
+    return max(table, key=lambda key: statistics.fmean(table[key][n] for n in files))
+
+
+def variant_named(name: str) -> Variant:
+    return next(v for v in VARIANTS if v.name == name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
@@ -215,12 +241,8 @@ def main() -> None:
     if len(files) < 2:
         raise SystemExit("leave-one-file-out needs at least two files")
 
-    variants = [Variant(c, w) for c in (0, 1, 2, 3) for w in (1, 2)]
-    grid = [
-        (v.name, FusionParams(dense_weight=dw, keyword_weight=1.0, time_weight=tw, rrf_k=k, min_similarity=-1))
-        for v in variants
-        for dw, k, tw in itertools.product((0.35, 0.5, 0.75, 1.0), (10, 20, 40, 60), (0.0, 0.5, 1.0))
-    ]
+    variants = VARIANTS
+    grid = fusion_grid()
     settings = Settings()
     shipped_variant = Variant(settings.recall_keyword_context_turns, settings.recall_keyword_self_weight).name
     shipped = FusionParams(
@@ -240,9 +262,7 @@ def main() -> None:
         finally:
             backends.stop()
 
-    table = {}
-    for name, params in tqdm(grid, desc="grid", unit="point"):
-        table[(name, params)] = score(convs, name, params)
+    table = score_grid(convs, grid)
     names = [c.name for c in convs]
     baseline = score(convs, PLAIN, plain, use_time=False)
     defaults = score(convs, shipped_variant, shipped)
@@ -254,7 +274,7 @@ def main() -> None:
     print(f"{'held out':<10}{'plain RRF':>10}{'tuned':>8}{'gain':>8}{'shipped':>9}   tuned on the others")
     for held in names:
         others = [n for n in names if n != held]
-        best = max(table, key=lambda key: statistics.fmean(table[key][n] for n in others))
+        best = best_on(table, others)
         tuned = table[best][held]
         rows.append(
             {

@@ -8,7 +8,8 @@ defaults and both floors on (as `/v1/context` and a plain search use them), the 
 features exactly as the service computes them (`rerank.features`). The label of a candidate is
 whether its turn is evidence for the question. For each file, a model fitted on the other files
 ranks that file's candidates (**held out**); the last line fits all files and prints the model to
-ship (its in-sample figures are not the ones to quote).
+ship (its in-sample figures are not the ones to quote); `--model-out` writes it as a file that
+`recall_rerank_model` serves, so a model fitted on your own conversations replaces the shipped one.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="Directory of LoCoMo conversation files (*.json).")
     parser.add_argument("--json", dest="json_out", default="bench/out/rerank_fit.json")
+    parser.add_argument(
+        "--model-out", type=Path, help="Also write the model fitted on all files here: a file for recall_rerank_model."
+    )
     parser.add_argument("--without", default="", help="Features to leave out, comma-separated (of: " + ", ".join(FEATURES) + ").")
     args = parser.parse_args()
     files = sorted(args.data.glob("*.json"))
@@ -142,6 +146,9 @@ def main() -> None:
     print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
     print(f"features: {', '.join(FEATURES)}")
     print(shipped)
+    if args.model_out:
+        args.model_out.write_text(json.dumps(shipped.to_dict(), indent=2))
+        print(f"model written to {args.model_out} (serve it with MEMSERVE_RECALL_RERANK_MODEL={args.model_out})")
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -152,7 +159,7 @@ def main() -> None:
                 "held_out": table,
                 "intervals": intervals,
                 "per_file": per_file,
-                "model": shipped.__dict__,
+                "model": shipped.to_dict(),
             },
             indent=2,
         )
