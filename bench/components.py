@@ -148,7 +148,7 @@ async def run(args) -> dict:
     encoder = SentenceEncoder(int8=settings.embedding_int8, trace_single=False)
     vectors_of_user = []
     for start in tqdm(range(0, len(texts), 256), desc="embed", leave=False):
-        vectors_of_user += await encoder.encode_async(texts[start : start + 256])
+        vectors_of_user += await encoder.encode_documents_async(texts[start : start + 256])
     query_encoder = load_query_encoder(int8=settings.embedding_int8)  # as the ingress embeds queries
     query_vectors = [await query_encoder.encode_one(q) for q in tqdm(queries, desc="embed queries", leave=False)]
 

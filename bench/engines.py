@@ -73,7 +73,7 @@ async def run(args) -> dict:
     settings = Settings()
     encoder = SentenceEncoder(threads=1, int8=settings.embedding_int8)
     texts = memory_texts(args.memories, args.seed)
-    user_vectors = np.asarray(await encoder.encode_async(texts), dtype="float32")
+    user_vectors = np.asarray(await encoder.encode_documents_async(texts), dtype="float32")
     asked = np.asarray(await encoder.encode_async(queries(args.queries + 20, args.seed + 7)), dtype="float32")
     rows = rows_of(user_vectors, texts, args.others, args.seed)
     results = {}

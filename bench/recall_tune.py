@@ -82,7 +82,7 @@ async def index_and_search(files: list[Path], variants: list[Variant], encoder: 
         for path in tqdm(files, desc="index", unit="file"):
             data = json.loads(path.read_text())
             turns, questions = turns_of(data), questions_of(data)
-            vectors = encoder.encode([t.content for t in turns])
+            vectors = encoder.encode_documents([t.content for t in turns])
             query_vectors = encoder.encode([q.text for q in questions])
             user = path.stem
             for variant in [None, *variants]:

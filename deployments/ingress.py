@@ -105,6 +105,7 @@ class Ingress:
             settings=self.settings,
             stores=stores,
             embed_one=encoder.encode_one if encoder is not None else self.embedder.embed_one.remote,
+            embed_documents=self.embedder.embed_many.remote,
             compact_now=self._compact_now,
             keyring=self.settings.keyring(),
             signer=self.settings.inspector_signer(),

@@ -50,6 +50,9 @@ class _Metrics:
         self.keywords_reindexed = metrics.Counter(
             "memserve_keywords_reindexed", "Memories whose keywords were indexed again under a newer analysis."
         )
+        self.vectors_reembedded = metrics.Counter(
+            "memserve_vectors_reembedded", "Memories embedded again under a newer document embedding."
+        )
         self.vectors_repaired = metrics.Counter(
             "memserve_vectors_repaired", "Vectors re-embedded from PostgreSQL after a Milvus restart had lost them."
         )
@@ -103,6 +106,9 @@ class _Metrics:
 
     def reindexed(self, count: int) -> None:
         _add(self.keywords_reindexed, count)
+
+    def reembedded(self, count: int) -> None:
+        _add(self.vectors_reembedded, count)
 
 
 @serve.deployment(name="Memorizer", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.25})

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
+from serve_app.core.sentences import sentences
+
 logger = logging.getLogger("ray.serve")
 
 # Texts the traced path must reproduce before it is used: short, ordinary, non-Latin, and longer
@@ -123,6 +125,33 @@ class SentenceEncoder:
         if len(texts) > 1:  # a single query allocates little; batches allocate activations per text
             release_freed_heap()
         return vectors.astype("float32").tolist()
+
+    def encode_documents(self, texts: list[str]) -> list[list[float]]:
+        """The vectors memories are stored under: each text's own vector plus the mean of its
+        sentences' vectors, normalized (a text of one sentence: its own vector). All texts and their
+        sentences go through the model in one batch (core/sentences.py says why)."""
+        import numpy as np
+
+        if not texts:
+            return []
+        parts = [sentences(text) for text in texts]
+        extra = [piece for pieces in parts if len(pieces) > 1 for piece in pieces]
+        vectors = self._eager(list(texts) + extra)
+        if len(texts) + len(extra) > 1:
+            release_freed_heap()
+        out, start = [], len(texts)
+        for i, pieces in enumerate(parts):
+            vector = vectors[i]
+            if len(pieces) > 1:
+                mean = vectors[start : start + len(pieces)].mean(axis=0)
+                start += len(pieces)
+                vector = vector + mean / np.linalg.norm(mean)
+                vector = vector / np.linalg.norm(vector)
+            out.append(vector.astype("float32").tolist())
+        return out
+
+    async def encode_documents_async(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_documents, texts)
 
     async def encode_async(self, texts: list[str]) -> list[list[float]]:
         """Off the event loop (torch releases the GIL), so other requests' I/O goes on meanwhile."""

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from serve_app.core.auth import KeyRing
 from serve_app.core.inspector_auth import SessionSigner
 from serve_app.core.timings import RecentTimings
-from serve_app.encoding import EmbedOne
+from serve_app.encoding import EmbedMany, EmbedOne
 from serve_app.llm.client import OpenAIChatClient
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -60,6 +60,9 @@ class Dependencies:
     settings: Settings
     stores: Stores
     embed_one: EmbedOne
+    """A query's vector (recall)."""
+    embed_documents: EmbedMany
+    """The vectors memories are stored under (the Embedder's document embedding: text and sentences)."""
     compact_now: CompactNow
     keyring: KeyRing = field(default_factory=KeyRing)
     poke: Poke | None = None

@@ -128,7 +128,7 @@ async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schema
         user=user_id,
         text=body.text,
         created_at_ms=datetime_to_ms(created),
-        vector=await deps.embed_one(body.text),
+        vector=(await deps.embed_documents([body.text]))[0],
     )
     await save_memories(deps.stores, [row])
     return schemas.MemoryOut(id=memory_id, text=body.text, session_id="", seq=0, role=DIRECT, kind=DIRECT, created_at=created)
@@ -221,25 +221,53 @@ async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) 
         missing = sorted(await stores.vectors.missing(tenant, user, ids))
         for start in range(0, len(missing), chunk):
             hits = await stores.keywords.fetch(tenant, user, missing[start : start + chunk])
-            if not hits:
-                continue
-            vectors = await embed([h.text for h in hits])
-            rows = [_vector_row(tenant, user, h, v) for h, v in zip(hits, vectors, strict=True)]
-            await stores.vectors.upsert(rows)
-            # A delete that ran between the fetch and the upsert took the row out of PostgreSQL:
-            # take this copy out of Milvus too. A rewrite of the same id meanwhile: write it again.
-            now = {h.id: h for h in await stores.keywords.fetch(tenant, user, [r.id for r in rows])}
-            for row in rows:
-                if row.id not in now:
-                    await stores.vectors.delete(tenant_id=tenant, user_id=user, id=row.id)
-            changed = [now[r.id] for r in rows if r.id in now and now[r.id].text != r.text]
-            if changed:
-                again = await embed([h.text for h in changed])
-                await stores.vectors.upsert([_vector_row(tenant, user, h, v) for h, v in zip(changed, again, strict=True)])
-            repaired += len(now)
+            repaired += len(await _write_vectors(stores, embed, tenant, user, hits))
         if missing:
             logger.warning("repaired %d vectors of %s/%s that Milvus had lost", len(missing), tenant, user)
     return repaired
+
+
+async def reembed_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256, max_chunks: int | None = None) -> int:
+    """Embed again, under this code's document embedding, every memory an older one embedded;
+    returns how many were. Resumable: each chunk is recorded once its vectors are written, so a
+    restart goes on with the memories still stale."""
+    done = chunks = 0
+    while max_chunks is None or chunks < max_chunks:
+        stale = await stores.keywords.embedded_before(limit=chunk)
+        if not stale:
+            break
+        marked = 0
+        for (tenant, user), group in itertools.groupby(stale, key=lambda item: (item[0], item[1])):
+            written = await _write_vectors(stores, embed, tenant, user, [hit for _, _, hit in group])
+            marked += await stores.keywords.mark_embedded(tenant, user, written.values())
+        done += marked
+        chunks += 1
+        if not marked:  # every one changed or went meanwhile, and was written by its writer: none is left to do
+            break
+    if done:
+        logger.info("embedded %d memories again under the current document embedding", done)
+    return done
+
+
+async def _write_vectors(stores: Stores, embed: EmbedMany, tenant: str, user: str, hits: list[Hit]) -> dict[str, Hit]:
+    """Write the vectors of memories PostgreSQL holds; returns the memories as PostgreSQL holds them
+    after the write, by id (their vectors are then their texts')."""
+    if not hits:
+        return {}
+    vectors = await embed([h.text for h in hits])
+    rows = [_vector_row(tenant, user, h, v) for h, v in zip(hits, vectors, strict=True)]
+    await stores.vectors.upsert(rows)
+    # A delete that ran between the fetch and the upsert took the row out of PostgreSQL: take this
+    # copy out of Milvus too. A rewrite of the same id meanwhile: write it again.
+    now = {h.id: h for h in await stores.keywords.fetch(tenant, user, [r.id for r in rows])}
+    for row in rows:
+        if row.id not in now:
+            await stores.vectors.delete(tenant_id=tenant, user_id=user, id=row.id)
+    changed = [now[r.id] for r in rows if r.id in now and now[r.id].text != r.text]
+    if changed:
+        again = await embed([h.text for h in changed])
+        await stores.vectors.upsert([_vector_row(tenant, user, h, v) for h, v in zip(changed, again, strict=True)])
+    return now
 
 
 async def reindex_keywords(stores: Stores, settings: Settings, *, chunk: int = 500, max_chunks: int | None = None) -> int:

@@ -19,7 +19,7 @@ from typing import Protocol
 from serve_app.encoding import EmbedMany
 from serve_app.llm.client import ChatClient
 from serve_app.services.compaction import CompactionOutcome
-from serve_app.services.memories import reindex_keywords, repair_vectors
+from serve_app.services.memories import reembed_vectors, reindex_keywords, repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -58,6 +58,8 @@ class SweepObservers(Protocol):
 
     def reindexed(self, count: int) -> None: ...
 
+    def reembedded(self, count: int) -> None: ...
+
 
 class NoSweepObservers:
     def memorized(self, report: MemorizeReport, lag_s: float | None) -> None:
@@ -82,6 +84,9 @@ class NoSweepObservers:
         pass
 
     def reindexed(self, count: int) -> None:
+        pass
+
+    def reembedded(self, count: int) -> None:
         pass
 
 
@@ -109,7 +114,7 @@ class MemorizerSweep:
         self.last_flush = time.monotonic()
         self.repaired_reloads: int | None = None  # None: repair once at start (Milvus may have restarted meanwhile)
         self.repair: asyncio.Task | None = None
-        self.reindex: asyncio.Task | None = None  # once per start: keywords of an older analysis
+        self.reindex: asyncio.Task | None = None  # once per start: keywords or vectors of an older form
         self.backlog = Backlog()
 
     def schedule(self, tenant: str, session: str) -> asyncio.Task:
@@ -256,10 +261,14 @@ class MemorizerSweep:
             logger.exception("vector repair failed; the next sweep retries")
 
     async def _reindex(self) -> None:
+        """Memories written under an older keyword analysis or document embedding, brought to this code's."""
         try:
             self.observers.reindexed(await reindex_keywords(self.stores, self.settings))
+            reembedded = await reembed_vectors(self.stores, self.embed)
+            self.observers.reembedded(reembedded)
+            self.unflushed = self.unflushed or reembedded > 0
         except Exception:
-            logger.exception("keyword re-indexing failed; the next sweep goes on from where it stopped")
+            logger.exception("re-indexing older memories failed; the next sweep goes on from where it stopped")
             self.reindex = None
 
     async def _flush_if_due(self, now: float) -> None:

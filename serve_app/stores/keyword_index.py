@@ -20,6 +20,7 @@ import asyncpg
 
 from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
+from serve_app.encoding import DOCUMENT_EMBEDDING
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -70,7 +71,8 @@ class KeywordIndex:
         self.pool = pool
 
     async def upsert(self, rows: Iterable[MemoryRow]) -> int:
-        """Index (or re-index) memories; a retry replaces the same rows, never adds postings."""
+        """Index (or re-index) memories; a retry replaces the same rows, never adds postings. The rows'
+        vectors are this code's document embedding (they are written to Milvus beside these)."""
         written = 0
         async with self.pool.acquire() as conn, conn.transaction():
             for (tenant, user), group in _by_user(rows):
@@ -80,12 +82,13 @@ class KeywordIndex:
                     """
                     INSERT INTO memory_keywords
                         (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length,
-                         analysis, context)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                         analysis, context, embedding)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                     ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
                         session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
                         kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
-                        length = EXCLUDED.length, analysis = EXCLUDED.analysis, context = EXCLUDED.context
+                        length = EXCLUDED.length, analysis = EXCLUDED.analysis, context = EXCLUDED.context,
+                        embedding = EXCLUDED.embedding
                     """,
                     [
                         (
@@ -101,6 +104,7 @@ class KeywordIndex:
                             lengths[r.id],
                             ANALYSIS_VERSION,
                             list(r.context),
+                            DOCUMENT_EMBEDDING,
                         )
                         for r in group
                     ],  # fmt: skip
@@ -179,6 +183,31 @@ class KeywordIndex:
                 )
                 done += len(group)
         return done
+
+    async def embedded_before(self, limit: int) -> list[tuple[str, str, Hit]]:
+        """(tenant, user, memory) of memories whose vectors an older document embedding made."""
+        rows = await self.pool.fetch(
+            f"SELECT tenant_id, user_id, {_HIT_COLUMNS} FROM memory_keywords WHERE embedding < $1"
+            " ORDER BY tenant_id, user_id, memory_id LIMIT $2",
+            DOCUMENT_EMBEDDING,
+            limit,
+        )
+        return [(r["tenant_id"], r["user_id"], _hit(r, None)) for r in rows]
+
+    async def mark_embedded(self, tenant: str, user: str, memories: Iterable[Hit]) -> int:
+        """Record that these memories' vectors are this code's embedding of their text: a memory whose
+        text changed meanwhile was written again, by its writer, and is left as it is."""
+        done = await self.pool.fetchval(
+            "WITH marked AS (UPDATE memory_keywords k SET embedding = $3 FROM unnest($4::text[], $5::text[]) AS m(id, text)"
+            " WHERE k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = m.id AND k.text = m.text AND k.embedding < $3"
+            " RETURNING 1) SELECT count(*) FROM marked",
+            tenant,
+            user,
+            DOCUMENT_EMBEDDING,
+            [m.id for m in memories],
+            [m.text for m in memories],
+        )
+        return int(done)
 
     async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
         """BM25 of one user's memories against `terms` (normalized, space-separated), best first. Each
@@ -274,8 +303,7 @@ class KeywordIndex:
         if not ids:
             return []
         rows = await self.pool.fetch(
-            "SELECT memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score FROM memory_keywords"
-            " WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
+            f"SELECT {_HIT_COLUMNS} FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
             tenant,
             user,
             ids,
@@ -364,6 +392,10 @@ async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, gr
             term_lengths,
         )
     return lengths
+
+
+_HIT_COLUMNS = "memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score"
+"""A memory as `_hit` reads it, by id (score 0)."""
 
 
 def _hit(row: asyncpg.Record, coverage: float | None = None) -> Hit:

@@ -184,6 +184,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_delete();
         """,
     ),
+    (
+        7,
+        """
+        -- The document embedding each memory's vector was made with (encoding.DOCUMENT_EMBEDDING), so
+        -- that a new one embeds older memories again from PostgreSQL alone. Rows written before this
+        -- migration: embedding 1, the whole text alone.
+        ALTER TABLE memory_keywords ADD COLUMN embedding INT NOT NULL DEFAULT 1;
+        CREATE INDEX memory_keywords_embedding ON memory_keywords (embedding);
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

@@ -15,5 +15,5 @@ def encoder():
 
 @pytest.fixture(scope="session")
 def embed(encoder):
-    """EmbedMany over the real model, as the Embedder deployment serves it."""
-    return encoder.encode_async
+    """EmbedMany over the real model, as the Embedder deployment serves it: memories' vectors."""
+    return encoder.encode_documents_async

@@ -62,7 +62,7 @@ async def _read(env, encoder):
         # Stand in for the acknowledged writes Milvus Lite may lose in a crash: without these gone the
         # repair would have nothing to prove.
         await stores.vectors.delete(tenant_id="t", user_id="u", id=[f"r{i}" for i in range(0, 50, 10)])
-        repaired = await repair_vectors(stores, encoder.encode_async)
+        repaired = await repair_vectors(stores, encoder.encode_documents_async)
         ids = [f"r{i}" for i in range(50)]
         missing = await stores.vectors.missing("t", "u", ids)
         top = await stores.vectors.search_dense("t", "u", (await encoder.encode_async([TEXTS[20]]))[0], limit=1)
@@ -210,7 +210,7 @@ def test_writes_racing_a_reload_after_a_milvus_restart_are_kept(tmp_path, encode
             not_recorded = {
                 w: acked[w] - {int(i.split("-")[1]) for i in await stores.keywords.memory_ids("t", f"u{w}")} for w in acked
             }
-            await repair_vectors(stores, encoder.encode_async)
+            await repair_vectors(stores, encoder.encode_documents_async)
             not_in_milvus = {w: acked[w] - {r["seq"] for r in await stores.vectors.list("t", f"u{w}", limit=1000)} for w in acked}
             return not_recorded, not_in_milvus, sum(len(a) for a in acked.values())
         finally:

@@ -35,6 +35,7 @@ async def _app(backends, embed, **settings_args):
         settings=settings,
         stores=stores,
         embed_one=embed_one,
+        embed_documents=embed,
         compact_now=no_compaction,
         keyring=settings.keyring(),
         signer=settings.inspector_signer(),

@@ -58,3 +58,25 @@ def test_without_the_trace_single_texts_take_the_eager_path(monkeypatch, encoder
     monkeypatch.setattr(encoder, "traced", None)
     text = TEXTS[2]
     assert np.array_equal(np.array(encoder.encode([text])[0], dtype=np.float32), encoder._eager([text])[0])
+
+
+def test_a_memory_of_one_sentence_is_stored_under_its_own_vector(encoder: SentenceEncoder):
+    texts = ["We adopted a puppy named Rex.", "ok", ""]
+    documents = np.array(encoder.encode_documents(texts))
+    assert np.allclose(documents, np.array(encoder.encode(texts)), atol=1e-6)
+
+
+def test_a_memory_of_several_sentences_adds_the_mean_of_its_sentences(encoder: SentenceEncoder):
+    text = "Hey Caroline, hope all's good! I had a quiet weekend. We went camping with my family two weeks ago."
+    pieces = ["Hey Caroline, hope all's good!", "I had a quiet weekend.", "We went camping with my family two weeks ago."]
+    # One batch, as encode_documents runs it (int8 activations are scaled per batch).
+    whole, *each = encoder._eager([text, *pieces])
+    mean = np.array(each).mean(axis=0)
+    expected = whole + mean / np.linalg.norm(mean)
+    expected /= np.linalg.norm(expected)
+    (got,) = encoder.encode_documents([text])
+    assert np.allclose(got, expected, atol=1e-5) and abs(float(np.linalg.norm(got)) - 1.0) < 1e-5
+    # In a batch with others, each text keeps its own sentences (to the batch's int8 scaling).
+    batch = np.array(encoder.encode_documents(["ok", text, "Fine. Thanks."]))
+    assert float(batch[1] @ np.array(got)) > 0.97 and float(batch[2] @ batch[1]) < 0.9
+    assert encoder.encode_documents([]) == []

@@ -27,7 +27,10 @@ async def _never(*_args):
 
 
 def _app(raised: BaseException | None = None):
-    app = create_http_app(Dependencies(settings=Settings(max_body_bytes=2048), stores=None, embed_one=_never, compact_now=_never))
+    deps = Dependencies(
+        settings=Settings(max_body_bytes=2048), stores=None, embed_one=_never, embed_documents=_never, compact_now=_never
+    )
+    app = create_http_app(deps)
     router = APIRouter()
 
     @router.get("/raise")
