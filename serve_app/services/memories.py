@@ -239,7 +239,7 @@ async def reembed_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256,
         marked = 0
         for (tenant, user), group in itertools.groupby(stale, key=lambda item: (item[0], item[1])):
             written = await _write_vectors(stores, embed, tenant, user, [hit for _, _, hit in group])
-            marked += await stores.keywords.mark_embedded(tenant, user, written.values())
+            marked += await stores.keywords.mark_embedded(tenant, user, list(written.values()))
         done += marked
         chunks += 1
         if not marked:  # every one changed or went meanwhile, and was written by its writer: none is left to do

@@ -194,7 +194,7 @@ class KeywordIndex:
         )
         return [(r["tenant_id"], r["user_id"], _hit(r, None)) for r in rows]
 
-    async def mark_embedded(self, tenant: str, user: str, memories: Iterable[Hit]) -> int:
+    async def mark_embedded(self, tenant: str, user: str, memories: list[Hit]) -> int:
         """Record that these memories' vectors are this code's embedding of their text: a memory whose
         text changed meanwhile was written again, by its writer, and is left as it is."""
         done = await self.pool.fetchval(
