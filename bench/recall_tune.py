@@ -74,15 +74,20 @@ def keyword_text(turns: list[Turn], index: int, variant: Variant | None) -> str:
     )
 
 
-async def index_and_search(files: list[Path], variants: list[Variant], encoder: SentenceEncoder, env: dict) -> list[Conversation]:
-    """Dense rows under tenant `bench`; each keyword variant is indexed under a tenant of its own."""
+async def index_and_search(
+    files: list[Path], variants: list[Variant], encoder: SentenceEncoder, env: dict, *, whole_text: bool = False
+) -> list[Conversation]:
+    """Dense rows under tenant `bench`, embedded as the service embeds memories (`whole_text`: each
+    text alone, the document embedding before sentences); each keyword variant is indexed under a
+    tenant of its own."""
     stores = await Stores.connect(Settings(**env, milvus_collection="tune"))
     conversations = []
     try:
         for path in tqdm(files, desc="index", unit="file"):
             data = json.loads(path.read_text())
             turns, questions = turns_of(data), questions_of(data)
-            vectors = encoder.encode_documents([t.content for t in turns])
+            embed = encoder.encode if whole_text else encoder.encode_documents
+            vectors = embed([t.content for t in turns])
             query_vectors = encoder.encode([q.text for q in questions])
             user = path.stem
             for variant in [None, *variants]:

@@ -79,6 +79,51 @@ def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: R
     return out
 
 
+def leave_one_file_out(
+    convs: list[Conversation], variant: str, params: FusionParams, without: frozenset[str]
+) -> tuple[list[dict], dict[str, dict]]:
+    """Each file ranked by a model fitted on the others: its rows, and each file's summary."""
+    held_out: list[dict] = []
+    per_file = {}
+    for conv in tqdm(convs, desc="leave one file out", unit="file"):
+        model = fit([c for c in convs if c is not conv], variant, params, without)
+        rows = recall_rows(conv, variant, params, model)
+        per_file[conv.name] = summary(rows)["all"]
+        held_out += rows
+    return held_out, per_file
+
+
+def summary_pairs(before: list[dict], after: list[dict]) -> dict[str, dict]:
+    """Reranked recall@k of two runs over the same questions, overall and by category."""
+    return {
+        name: {"n": row["n"], "before": row["reranked"], "after": summary(after)[name]["reranked"]}
+        for name, row in summary(before).items()
+    }
+
+
+def report_against_whole_text(before: list[dict], after: list[dict]) -> None:
+    """Held-out reranked recall@k on vectors of each whole text alone against the shipped
+    sentence-aware ones, over the same questions, with the paired gain's bootstrap intervals."""
+    print("\nheld out, reranked: vectors of the whole text alone -> the whole text and its sentences")
+    for name, group in summary_pairs(before, after).items():
+        cells = "".join(f"{f'{a:.3f} -> {b:.3f}':>16}" for a, b in zip(group["before"], group["after"], strict=True))
+        print(f"{name:<13}{group['n']:>5}{cells}")
+    # As paired_interval reads rows: "fusion" the baseline, "reranked" the arm compared with it.
+    paired = [
+        {"fusion": old["reranked"], "reranked": new["reranked"], "category": new["category"]}
+        for old, new in zip(before, after, strict=True)
+    ]
+    intervals = ", ".join(f"R@{k} {low:+.3f} .. {high:+.3f}" for k, (low, high) in zip(KS, paired_intervals(paired), strict=True))
+    print(f"paired gain of the sentence-aware vectors, 95% bootstrap over questions: {intervals}")
+    for category in CATEGORIES.values():
+        low, high = paired_interval([r for r in paired if r["category"] == category], KS.index(10))
+        print(f"  {category}: R@10 {low:+.3f} .. {high:+.3f}")
+
+
+def paired_intervals(rows: list[dict]) -> list[tuple[float, float]]:
+    return [paired_interval(rows, i) for i in range(len(KS))]
+
+
 def summary(rows: list[dict]) -> dict:
     by = {"all": rows} | {c: [r for r in rows if r["category"] == c] for c in CATEGORIES.values()}
     return {
@@ -107,6 +152,12 @@ def main() -> None:
     parser.add_argument(
         "--model-out", type=Path, help="Also write the model fitted on all files here: a file for recall_rerank_model."
     )
+    parser.add_argument(
+        "--compare-whole-text",
+        action="store_true",
+        help="Also run it all on vectors of each whole text alone (the document embedding before sentences) and "
+        "print the paired held-out gain of the sentence-aware vectors.",
+    )
     parser.add_argument("--without", default="", help="Features to leave out, comma-separated (of: " + ", ".join(FEATURES) + ").")
     args = parser.parse_args()
     files = sorted(args.data.glob("*.json"))
@@ -119,29 +170,30 @@ def main() -> None:
         backends = EmbeddedBackends(Path(tmp), Ports.free()).start()
         try:
             encoder = SentenceEncoder(int8=settings.embedding_int8)
+            whole = (
+                asyncio.run(index_and_search(files, [variant], encoder, backends.env, whole_text=True))
+                if args.compare_whole_text
+                else []
+            )
             convs = asyncio.run(index_and_search(files, [variant], encoder, backends.env))
         finally:
             backends.stop()
 
     without = frozenset(args.without.split(",")) if args.without else frozenset()
-    held_out: list[dict] = []
-    per_file = {}
-    for conv in tqdm(convs, desc="leave one file out", unit="file"):
-        model = fit([c for c in convs if c is not conv], variant.name, params, without)
-        rows = recall_rows(conv, variant.name, params, model)
-        per_file[conv.name] = summary(rows)["all"]
-        held_out += rows
+    held_out, per_file = leave_one_file_out(convs, variant.name, params, without)
     table = summary(held_out)
     print("\nrecall@k, floors on, each file ranked by a model fitted on the others (held out): fusion -> reranked")
     print(f"{'':<13}{'n':>5}" + "".join(f"{f'R@{k}':>16}" for k in KS))
     for name, row in [*table.items(), *per_file.items()]:
         cells = "".join(f"{f'{a:.3f} -> {b:.3f}':>16}" for a, b in zip(row["fusion"], row["reranked"], strict=True))
         print(f"{name:<13}{row['n']:>5}{cells}")
-    intervals = {k: paired_interval(held_out, i) for i, k in enumerate(KS)}
+    intervals = dict(zip(KS, paired_intervals(held_out), strict=True))
     print(
         "paired gain, 95% bootstrap over questions: "
         + ", ".join(f"R@{k} {low:+.3f} .. {high:+.3f}" for k, (low, high) in intervals.items())
     )
+    if whole:
+        report_against_whole_text(leave_one_file_out(whole, variant.name, params, without)[0], held_out)
     shipped = fit(convs, variant.name, params, without)
     print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
     print(f"features: {', '.join(FEATURES)}")
