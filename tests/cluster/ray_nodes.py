@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,12 @@ from serve_app.embedded.launchers import LOOPBACK, free_listen_port
 RAY = str(Path(sys.executable).with_name("ray"))
 SERVE = str(Path(sys.executable).with_name("serve"))
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
-# A head started by `ray start` turns on Ray's token authentication (its token in ~/.ray/auth_token);
-# a joining node and Ray's CLIs use it only in token mode.
-CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
+# Ray's token authentication, on for both nodes and Ray's CLIs. `ray start` refuses to start in
+# token mode without a token (only `ray.init` makes one, in ~/.ray), so the harness makes its own per
+# process and hands it over in RAY_AUTH_TOKEN: a fresh machine needs nothing in the home directory.
+AUTH_TOKEN = uuid.uuid4().hex
+AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": AUTH_TOKEN}
+CLI_ENV = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN_PATH"}, **AUTH_ENV}
 
 
 @dataclass
@@ -110,9 +114,10 @@ def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: in
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_AUTH_MODE": "token",
+        **AUTH_ENV,
     }
     env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
     if worker_http_port is not None:
         env["RAY_SERVE_WORKER_PROXY_HTTP_PORT"] = str(worker_http_port)
         env["RAY_SERVE_WORKER_PROXY_GRPC_PORT"] = str(free_listen_port(LOOPBACK))
@@ -178,12 +183,8 @@ def start_two_nodes(root: Path, env: dict[str, str], head_http_port: int, worker
 
 
 def dashboard_headers() -> dict[str, str]:
-    """Ray's token authentication (on by default): the token `ray start` saved, as Ray's CLIs send it."""
-    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
-    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
-
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-    return get_auth_headers_if_auth_enabled({})
+    """The nodes' token as Ray's CLIs send it to the dashboard."""
+    return {"Authorization": f"Bearer {AUTH_TOKEN}"}
 
 
 def _wait_http(url: str, timeout_s: float, node: RayNode) -> None:
