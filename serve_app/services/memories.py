@@ -72,7 +72,9 @@ def memory_row(
 
 
 def hit_out(hit: Hit) -> schemas.SearchHit:
-    return schemas.SearchHit(
+    """Built without validation: a `Hit` is already typed as the model's fields (the stores made it),
+    and a context answers with one per memory in the prompt, dozens per request."""
+    return schemas.SearchHit.model_construct(
         id=hit.id,
         text=hit.text,
         score=hit.score,
