@@ -95,8 +95,9 @@ def leave_one_file_out(
 
 def summary_pairs(before: list[dict], after: list[dict]) -> dict[str, dict]:
     """Reranked recall@k of two runs over the same questions, overall and by category."""
+    later = summary(after)
     return {
-        name: {"n": row["n"], "before": row["reranked"], "after": summary(after)[name]["reranked"]}
+        name: {"n": row["n"], "before": row["reranked"], "after": later[name]["reranked"]}
         for name, row in summary(before).items()
     }
 
