@@ -128,17 +128,31 @@ def group_blocks(turns: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return blocks
 
 
+_PUBLIC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
 def _public(turn: dict[str, Any]) -> dict[str, Any]:
-    keep = ("role", "content", "name", "tool_calls", "tool_call_id")
-    return {k: turn[k] for k in keep if turn.get(k) not in (None, [])} | {"content": turn.get("content") or ""}
+    """The turn as a chat message: its set fields, and content always a string."""
+    message = {k: value for k in _PUBLIC_FIELDS if (value := turn.get(k)) is not None and value != []}
+    message["content"] = turn.get("content") or ""
+    return message
 
 
 def _system_tokens(content: str) -> int:
     return count_tokens(f"<|im_start|>system\n{content}<|im_end|>\n")
 
 
-_LINE_START = re.compile(r"(?<=\n)(?=\S)")
-"""Where a line that starts with a non-space character begins (`\\S` is `not str.isspace()`)."""
+_BEFORE_LINE_START = re.compile(r"\n(?=\S)")
+"""A newline before a line that starts with a non-space character (`\\S` is `not str.isspace()`).
+Matched from its newline, not split after it by a look-behind: a look-behind is tried at every
+character, and the memory section is kilobytes."""
+
+
+def _lines(text: str) -> list[str]:
+    """`text` cut where a line that starts with a non-space character begins, each newline kept
+    with the line it ends."""
+    pieces = _BEFORE_LINE_START.split(text)
+    return [piece + "\n" for piece in pieces[:-1]] + pieces[-1:]
 
 
 def _last_line_start(text: str) -> int:
@@ -165,7 +179,7 @@ def _appended_tokens(content: str, extra: str) -> int:
     of lines on every request, but its lines (a user's memories, a session's summary) recur."""
     prefix = "system\n" + content  # the text between <|im_start|> and <|im_end|>
     tail = prefix[_last_line_start(prefix) :]
-    lines = _LINE_START.split(tail + extra)
+    lines = _lines(tail + extra)
     return sum(count_tokens(line) for line in lines) - count_tokens(tail)
 
 

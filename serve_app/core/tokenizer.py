@@ -11,7 +11,7 @@ import hashlib
 import json
 import threading
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -140,8 +140,14 @@ def render_chat(
     """Render messages exactly as Qwen2.5-Instruct's chat template does."""
     first_is_system = bool(messages) and messages[0].get("role") == "system"
     system = (messages[0].get("content") or "") if first_is_system else DEFAULT_SYSTEM_PROMPT
-    parts = [f"<|im_start|>system\n{system}{tools_text(tools)}<|im_end|>\n"]
-    messages = messages[1:] if first_is_system else messages
+    head = f"<|im_start|>system\n{system}{tools_text(tools)}<|im_end|>\n"
+    body = _render_turns(messages[1:] if first_is_system else messages)
+    return head + body + (GENERATION_PROMPT if add_generation_prompt else "")
+
+
+def _render_turns(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The template's text for messages after the system one."""
+    parts = []
     for i, message in enumerate(messages):
         role = message.get("role")
         content = message.get("content") or ""
@@ -162,8 +168,6 @@ def render_chat(
                 parts.append("<|im_end|>\n")
         else:
             raise ValueError(f"unknown role {role!r}")
-    if add_generation_prompt:
-        parts.append(GENERATION_PROMPT)
     return "".join(parts)
 
 
@@ -174,15 +178,11 @@ def count_chat(
     return count_tokens(render_chat(messages, add_generation_prompt=add_generation_prompt, tools=tools))
 
 
-def count_block(messages: Iterable[Mapping[str, Any]]) -> int:
+def count_block(messages: Sequence[Mapping[str, Any]]) -> int:
     """Tokens of a run of messages that starts and ends on a turn boundary (never the first system).
 
     Special tokens split the text, so blocks that begin with `<|im_start|>` and end with
-    `<|im_end|>\\n` add up exactly; a tool call with its results is one such block.
+    `<|im_end|>\\n` add up exactly, and a block counts alone as it does inside the prompt; a tool
+    call with its results is one such block.
     """
-    block = list(messages)
-    rendered = render_chat([{"role": "system", "content": ""}, *block])
-    return count_tokens(rendered) - EMPTY_SYSTEM_TOKENS
-
-
-EMPTY_SYSTEM_TOKENS = 5  # <|im_start|> system \n <|im_end|> \n
+    return count_tokens(_render_turns(messages))

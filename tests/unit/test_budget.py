@@ -154,6 +154,21 @@ def test_appended_lines_count_as_the_whole_section_does(seed):
     assert _appended_tokens(content, extra) == _system_tokens(content + extra) - _system_tokens(content)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_lines_cut_exactly_where_a_line_starts_with_a_non_space_character(seed):
+    from serve_app.core.budget import _lines
+
+    rng = random.Random(seed)
+    parts = [*AWKWARD, "\n", "\n\n", "\n- ", "\n  ", "\n\t", "\n\u3000", "x"]
+    text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 12)))
+    pieces = _lines(text)
+    assert "".join(pieces) == text
+    assert all(piece.endswith("\n") for piece in pieces[:-1])
+    assert all(piece and not piece[0].isspace() for piece in pieces[1:])
+    # no cut left inside a piece: a newline within one is followed by a space or ends it
+    assert all(piece[i + 1].isspace() for piece in pieces for i in range(len(piece) - 1) if piece[i] == "\n")
+
+
 def _round_with_parallel_tools(seq: int, size: int) -> list[dict]:
     """A user turn, an assistant turn calling two tools at once, both results, the answer."""
     calls = [
