@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
+from typing import NamedTuple
 
 MEMORIES_HEADER = "\n\n# Relevant memories from earlier conversations"
 _PUNCTUATION_TO_SPACE = str.maketrans({c: " " for c in string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014"})
 
 
-@dataclass(frozen=True)
-class MemoryItem:
-    """One recalled memory as the prompt shows it."""
+class MemoryItem(NamedTuple):
+    """One recalled memory as the prompt shows it: a named tuple, the cheapest immutable record
+    to build, and a context builds one per recalled memory."""
 
     text: str
     """What the line says: `role: text` for a turn, the text for anything else."""
@@ -59,23 +60,27 @@ def group_header(day: str) -> str:
 
 
 def item_line(item: MemoryItem) -> str:
-    return f"\n- {item.text}"
+    return bullet(item.text)
+
+
+def bullet(text: str) -> str:
+    return f"\n- {text}"
+
+
+_TIMELINE_ORDER = itemgetter(1, 2, 3)  # day, session, seq
 
 
 def render(items: Sequence[MemoryItem]) -> str:
     """The memory section for these items (any order): groups by date, then session; turns in order."""
     if not items:
         return ""
-    groups: dict[tuple[str, str], list[MemoryItem]] = {}
-    for item in items:
-        groups.setdefault(item.group, []).append(item)
-    ordered = sorted(groups.values(), key=lambda members: members[0].group)
     parts = [MEMORIES_HEADER]
-    for members in ordered:
-        parts.append(group_header(members[0].day))
-        previous: MemoryItem | None = None
-        for item in sorted(members, key=lambda m: m.seq):
-            follows = previous is not None and item.kind == previous.kind == "turn" and item.seq == previous.seq + 1
-            parts.append(f"\n  {item.text}" if follows else item_line(item))
-            previous = item
+    group: tuple[str, str] | None = None
+    follows_from: tuple[str, int] | None = None  # (kind, seq) of the line before, in this group
+    for text, day, session, seq, kind in sorted(items, key=_TIMELINE_ORDER):
+        if (day, session) != group:
+            group, follows_from = (day, session), None
+            parts.append(group_header(day))
+        parts.append(f"\n  {text}" if kind == "turn" and follows_from == ("turn", seq - 1) else bullet(text))
+        follows_from = (kind, seq)
     return "".join(parts)

@@ -18,7 +18,7 @@ from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.errors import SessionOwnerError
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memories import hit_out
+from serve_app.services.memories import hits_out
 from serve_app.services.recall import recall
 from serve_app.services.users import fact_out
 from serve_app.stores.facts import Fact
@@ -27,9 +27,13 @@ logger = logging.getLogger("ray.serve")
 
 
 def memory_item(hit: Hit) -> MemoryItem:
-    day = iso_day(hit.created_at_ms) if hit.created_at_ms else "undated"
-    who = f"{hit.role}: " if hit.kind == "turn" else ""
-    return MemoryItem(text=f"{who}{hit.text}", day=day, session=hit.session_id, seq=hit.seq, kind=hit.kind)
+    return MemoryItem(
+        f"{hit.role}: {hit.text}" if hit.kind == "turn" else hit.text,
+        iso_day(hit.created_at_ms) if hit.created_at_ms else "undated",
+        hit.session_id,
+        hit.seq,
+        hit.kind,
+    )
 
 
 def fact_line(fact: Fact) -> str:
@@ -130,7 +134,7 @@ async def build_working_memory(
                 for k, v in result.sections.items()
             },
         ),
-        recalled=[hit_out(hits[i]) for i in result.memories_used],
+        recalled=hits_out([hits[i] for i in result.memories_used]),
         facts=[fact_out(f) for f in facts[: result.facts_used]],
         summary_included=result.sections["summary"].tokens > 0,
         included_seqs=result.included_seqs,
