@@ -215,6 +215,13 @@ class ContextRequestIn(Strict):
         description="The most memories this prompt takes (default recall_top_k); below it the floors and the room decide.",
     )
     min_score: float | None = Field(None, ge=-1, le=1)
+    min_probability: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Least chance of answering the query, by the second stage, a memory needs to enter the prompt "
+        "(default context_min_probability; 0 = no floor).",
+    )
 
 
 class SectionUsage(BaseModel):

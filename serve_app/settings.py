@@ -100,6 +100,14 @@ class Settings(BaseSettings):
         "decide how many.",
     )
     recall_min_score: float = Field(0.25, ge=-1, le=1, description="Dense floor: cosine a memory needs on meaning alone.")
+    context_min_probability: float = Field(
+        0.001,
+        ge=0,
+        le=1,
+        description="A context leaves out a memory the second stage (`recall_rerank`) gives less than this chance of "
+        "answering the query: a line in the prompt costs its tokens whatever it is worth (bench.probability_floor). "
+        "Search returns them, ranked; 0 = no floor; no effect with the second stage off.",
+    )
     recall_min_keyword_share: float = Field(
         0.3, ge=0, le=1, description="Keyword floor: share of the query's best BM25 score a memory needs on words alone."
     )

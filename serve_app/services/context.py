@@ -99,6 +99,9 @@ async def build_working_memory(
     # a session id used again after its log expired, the old conversation's seqs are not this one's.
     in_history = {(t["seq"], clip_utf8(t.get("content") or "", MAX_TEXT_BYTES)) for t in turns}
     hits = [h for h in hits if not (h.session_id == req.session_id and h.kind == "turn" and (h.seq, h.text) in in_history)]
+    if settings.recall_rerank:  # the scores are the second stage's probabilities
+        floor = settings.context_min_probability if req.min_probability is None else req.min_probability
+        hits = [h for h in hits if h.score >= floor]
     hits = hits[:top_k]
     shares = req.shares or settings.shares
     max_tokens = req.max_tokens or settings.default_max_tokens

@@ -132,6 +132,39 @@ def test_context_fills_the_room_with_what_passes_the_floors(client):
     assert refused.status_code == 422 and "shares.system is not a share" in refused.text
 
 
+def test_context_leaves_out_memories_the_second_stage_finds_unlikely(client):
+    """The probability floor: a memory enters the prompt only when the second stage gives it at least
+    `min_probability` of answering the query; 0 keeps all that passed the other floors."""
+    user, old, new = _sid("user"), _sid(), _sid()
+    notes = [
+        {"role": "user", "content": "My sister Ana lives in Porto and teaches chemistry."},
+        {"role": "user", "content": "Ana's school is the Liceu Garcia de Orta in Porto."},
+        {"role": "user", "content": "We visited Porto in May and ate francesinha by the river."},
+        {"role": "user", "content": "The chemistry olympiad is in June; Ana coaches the team."},
+        {"role": "user", "content": "My car needs new tyres before the trip to Porto."},
+        {"role": "user", "content": "I teach my kids chess on Sundays."},
+    ]
+    client.post(f"/v1/sessions/{old}/messages", json={"user_id": user, "messages": notes}).raise_for_status()
+    wait_memorized(client, old, len(notes))
+
+    def recalled(**extra) -> list[dict]:
+        body = {"user_id": user, "session_id": new, "query": "Where does my sister teach chemistry?", **extra}
+        response = client.post("/v1/context", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()["recalled"]
+
+    everything = recalled(min_probability=0)
+    scores = sorted({hit["score"] for hit in everything})
+    assert len(scores) >= 3, everything
+    floor = scores[len(scores) // 2]
+    kept = recalled(min_probability=floor)
+    assert [h["id"] for h in kept] == [h["id"] for h in everything if h["score"] >= floor]
+    assert 0 < len(kept) < len(everything)
+    assert all(hit["score"] >= 0.001 for hit in recalled())  # the shipped floor, context_min_probability
+    refused = client.post("/v1/context", json={"user_id": user, "session_id": new, "min_probability": 1.5})
+    assert refused.status_code == 422 and "min_probability" in refused.text
+
+
 def test_facts_supersede_and_keep_history(client):
     user = _sid("user")
     assert client.put(f"/v1/users/{user}/facts/language", json={"value": "Python", "category": "preference"}).json()["changed"]
