@@ -36,6 +36,19 @@ def machine_busy(seconds: float = 3.0) -> float:
     return psutil.cpu_percent(interval=seconds) / 100
 
 
+def quiet_level(longest_s: float = 300, steady: int = 3) -> float:
+    """The machine's busy share once it stops falling (`steady` readings in a row none lower than
+    the lowest by more than two points), or after `longest_s`: two services just started are
+    still loading models and warming their stores, and timing against that reading would not wait."""
+    deadline = time.monotonic() + longest_s
+    lowest, calm = machine_busy(), 0
+    while calm < steady and time.monotonic() < deadline:
+        busy = machine_busy()
+        calm = calm + 1 if busy >= lowest - 0.02 else 0
+        lowest = min(lowest, busy)
+    return lowest
+
+
 def settle(idle: float, margin: float = 0.05, longest_s: float = 300) -> float:
     """Wait until the machine is no busier than it was idle (plus `margin`), or `longest_s`; returns
     the last reading."""
@@ -60,7 +73,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4096)
     args = parser.parse_args()
     user = "ab-" + uuid.uuid4().hex[:8]
-    idle = machine_busy()
+    idle = quiet_level()
     for url in (args.a, args.b):
         with httpx.Client(base_url=url, timeout=120) as client:
             prepare_user(client, user, PAST_TURNS)
@@ -77,7 +90,7 @@ def main() -> None:
             body = {"user_id": user, "session_id": f"{user}-now", "query": f"warm-up {i}", "max_tokens": args.max_tokens}
             clients[side].post("/v1/context", json={**body, **extra}).raise_for_status()
     busy = settle(idle)
-    print(f"machine busy {idle:.0%} idle before preparing, {busy:.0%} when timing starts")
+    print(f"machine busy {idle:.0%} quiet before preparing, {busy:.0%} when timing starts")
     samples: dict[str, list[float]] = {name: [] for name in arms}
     for i in tqdm(range(args.requests), desc="paired requests", unit="round"):
         order = list(arms.items()) if i % 2 == 0 else list(reversed(arms.items()))
