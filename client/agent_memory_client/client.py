@@ -140,6 +140,7 @@ class _Endpoints:
         shares: m.BudgetShares | None = None,
         top_k: int | None = None,
         min_score: float | None = None,
+        min_probability: float | None = None,
     ) -> Call[m.ContextResponse]:
         body = m.ContextRequestIn(
             user_id=user_id,
@@ -152,6 +153,7 @@ class _Endpoints:
             shares=shares,
             top_k=top_k,
             min_score=min_score,
+            min_probability=min_probability,
         )
         return Call("POST", "/v1/context", m.ContextResponse, _body(body))
 

@@ -106,6 +106,7 @@ class ContextRequestIn(_Model):
     shares: BudgetShares | None = None
     top_k: int | None = None
     min_score: float | None = None
+    min_probability: float | None = None
 
 
 class SectionUsage(_Model):
