@@ -11,13 +11,28 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class ChatFunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(max_length=256)
+    arguments: str | dict[str, Any] = ""
+
+
+class ChatToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = Field(None, max_length=128)
+    type: str = "function"
+    function: ChatFunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = Field(None, max_length=128)
-    tool_calls: list[dict[str, Any]] | None = Field(None, max_length=32)
+    tool_calls: list[ChatToolCall] | None = Field(None, max_length=32)
     tool_call_id: str | None = Field(None, max_length=128)
 
 
@@ -50,7 +65,7 @@ class MemoryReport(BaseModel):
     user_id: str
     stored_seqs: list[int] = Field(description="Seqs of this call's turns in the session log, the answer's included.")
     recalled: list[str] = Field(description="Ids of the long-term memories recalled into the prompt.")
-    alignment: str = Field(description="new, continues, replayed, diverged or expired (see README).")
+    alignment: str = Field(description="new, continues, latest, diverged, expired or retried (see README).")
     memory_tokens: int = Field(description="Tokens of recalled memories and facts in the prompt.")
     prompt_tokens: int = Field(description="The prompt's tokens as this service counted them.")
 

@@ -59,6 +59,14 @@ class NoModel(BadRequest):
         )
 
 
+class ContextLengthExceeded(BadRequest):
+    """A chat call's newest turn, system prompt and answer do not fit the model's window (OpenAI's
+    `context_length_exceeded`); nothing of the call is stored."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail, code="context_length_exceeded", param="messages")
+
+
 class Unauthorized(ServiceError):
     status_code = 401
 
@@ -167,20 +175,30 @@ class Unavailable(ServiceError, ConnectionError):
 
 
 class ModelUnavailable(ServiceError):
-    """The LLM did not answer (connection, timeout): the same request may succeed later."""
+    """The LLM did not answer (connection, timeout, busy): the same request may succeed later."""
 
     status_code = 503
 
-    def __init__(self, cause: str):
-        super().__init__(f"the model is unavailable ({cause}); retry later", retry_after_s=RETRY_UNAVAILABLE_S)
+    def __init__(self, cause: str, retry_after_s: int = RETRY_UNAVAILABLE_S):
+        super().__init__(f"the model is unavailable ({cause}); retry later", retry_after_s=retry_after_s)
 
 
-class ModelRefused(ServiceError):
-    """The LLM refused the request with a 4xx of its own, passed on with its status and message."""
+class ModelRefused(BadRequest):
+    """The model refused what the request asked of it (its own 400: a parameter it does not take),
+    passed on with its message."""
 
-    def __init__(self, status_code: int, detail: str):
-        super().__init__(detail)
-        self.status_code = status_code  # an instance's status: whatever the model answered
+    def __init__(self, detail: str):
+        super().__init__(detail, code="model_refused")
+
+
+class UpstreamFailed(ServiceError):
+    """The model endpoint failed the service (its credentials, its configuration, its own error): a
+    502 that names the endpoint, never the tenant's fault and never with its key."""
+
+    status_code = 502
+
+    def __init__(self, detail: str, retry_after_s: int | None = RETRY_UNAVAILABLE_S):
+        super().__init__(detail, retry_after_s=retry_after_s, code="upstream_error")
 
 
 class RecallUnavailable(Unavailable):

@@ -192,6 +192,17 @@ class Settings(BaseSettings):
     chat_default_user: str = Field(
         "default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$", description="User of a chat request that names none."
     )
+    chat_user_header_wins: bool = Field(
+        False,
+        description="The X-User-Id header names a chat call's user even when the body's `user` names another: "
+        "for a gateway that binds end users by header, so an end user cannot name another user of the tenant.",
+    )
+    chat_retry_window_s: int = Field(
+        24 * 3600,
+        gt=0,
+        description="How long a chat call is remembered for its retries (an Idempotency-Key, or the openai SDK's "
+        "x-stainless-retry-count): a retry within it stores nothing twice and gets the stored answer back.",
+    )
     chat_max_completion_tokens: int = Field(
         1024, ge=1, description="Tokens reserved for the answer when a chat request gives no max_completion_tokens."
     )

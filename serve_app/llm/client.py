@@ -20,10 +20,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 class LLMError(RuntimeError):
     """The model did not give a usable answer (timeout, connection, HTTP or engine error)."""
 
-    def __init__(self, message: str, status_code: int | None = None, body: Any = None):
+    def __init__(self, message: str, status_code: int | None = None, body: Any = None, retry_after: str | None = None):
         super().__init__(message)
         self.status_code = status_code
         self.body = body
+        self.retry_after = retry_after
+        """The endpoint's own Retry-After, when it sent one (a 429 or 503)."""
 
 
 @dataclass
@@ -60,7 +62,8 @@ _CREATE_ARGS = frozenset(inspect.signature(AsyncCompletions.create).parameters) 
 
 def _error(exc: Exception) -> LLMError:
     if isinstance(exc, openai.APIStatusError):
-        return LLMError(f"HTTP {exc.status_code}: {exc.message}", exc.status_code, exc.body)
+        retry_after = exc.response.headers.get("retry-after")
+        return LLMError(f"HTTP {exc.status_code}: {exc.message}", exc.status_code, exc.body, retry_after)
     return LLMError(f"{type(exc).__name__}: {exc}")
 
 

@@ -1,11 +1,17 @@
 """OpenAI-compatible chat with memory: the agent's own loop (append, build the prompt, call the model,
 append the answer) as one call.
 
-The request's turns that the session log lacks are appended (`core.chat_history` decides which),
-the prompt is the service's working memory for the model's window minus the answer's tokens, the
-model is the one the service already uses, and its answer is appended before the response ends:
-for a stream, before `[DONE]`, shielded from the client going away. A stream the client abandons
-keeps its user turn and stores no partial answer.
+The order keeps every promise of the endpoint: the prompt is built first (a call that cannot fit
+the model's window is refused with nothing stored), the tenant's rate limit is spent before the
+model is asked, the call's turns are stored before the model answers (its question survives a
+failed answer), and the answer is stored whole before the response ends: for a stream, before
+`[DONE]`, shielded from the client going away. A stream the client abandons keeps its user turn
+and stores no partial answer.
+
+Which turns are new comes from their place against the log's tail (`core.chat_history`); whether a
+call repeats an earlier one comes from the client (`calls`): an `Idempotency-Key`, or the openai
+SDK's retry counter. Each new call gets its own id, and its turns and answer get client ids from
+it, so two calls at once both keep their answers and a retry stores nothing twice.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
@@ -24,16 +34,39 @@ from pydantic import ValidationError
 from serve_app import schemas
 from serve_app.chat_schemas import ChatCompletionRequest, MemoryReport, ModelCard, ModelList
 from serve_app.core.auth import Caller
-from serve_app.core.chat_history import Alignment, Plan, derived_session_id, fingerprint, plan_append, turn_id
+from serve_app.core.chat_history import (
+    Alignment,
+    Plan,
+    fingerprint,
+    history_digest,
+    last_assistant,
+    plan_append,
+    turn_id,
+)
 from serve_app.core.ids import validate_id
-from serve_app.errors import InvalidRequest, ModelRefused, ModelUnavailable, NoModel, SessionOwnerError
+from serve_app.errors import (
+    BudgetError,
+    ContextLengthExceeded,
+    InvalidRequest,
+    ModelRefused,
+    ModelUnavailable,
+    NoModel,
+    ServiceError,
+    SessionOwnerError,
+    UpstreamFailed,
+)
 from serve_app.llm.client import LLMError
+from serve_app.services import chat_calls
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.sessions import append_messages
+from serve_app.services.quota import check_memory_quota
+from serve_app.stores.chat_calls import CallRecord
 
 logger = logging.getLogger("ray.serve")
-ANSWER = "assistant answer"  # an answer's id is its place in the log: two racing copies store one
+ANSWER = "answer"
+"""The answer's place among a call's turns, for its client id."""
+QUERY_CHARS = 8192
+"""The recall query is the newest user turn cut to this: a pasted document is answered, not refused."""
 
 
 @dataclass
@@ -41,7 +74,8 @@ class Conversation:
     """A chat request as memory sees it."""
 
     user: str
-    session: str
+    session: str | None
+    """The session the client named (X-Session-Id or metadata.session_id); None: memory finds it."""
     system_prompt: str | None
     turns: list[dict[str, Any]]
     """Non-system turns in order, content as text."""
@@ -59,7 +93,14 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
     return "\n".join(texts)
 
 
-def conversation(deps: Dependencies, caller: Caller, request: ChatCompletionRequest, headers: dict[str, str]) -> Conversation:
+def _user(deps: Dependencies, request: ChatCompletionRequest, headers: dict[str, str]) -> str:
+    header = headers.get("x-user-id")
+    if header and deps.settings.chat_user_header_wins:
+        return header
+    return request.user or request.safety_identifier or header or deps.settings.chat_default_user
+
+
+def conversation(deps: Dependencies, request: ChatCompletionRequest, headers: dict[str, str]) -> Conversation:
     """Who speaks, in which session, with which system prompt and turns."""
     system, turns = [], []
     for message in request.messages:
@@ -68,36 +109,59 @@ def conversation(deps: Dependencies, caller: Caller, request: ChatCompletionRequ
             system.append(text)
             continue
         turn: dict[str, Any] = {"role": message.role, "content": text}
-        for key in ("name", "tool_call_id", "tool_calls"):
-            if getattr(message, key):
-                turn[key] = getattr(message, key)
+        if message.name:
+            turn["name"] = message.name
+        if message.tool_call_id:
+            turn["tool_call_id"] = message.tool_call_id
+        if message.tool_calls:
+            turn["tool_calls"] = [call.model_dump(exclude_none=True) for call in message.tool_calls]
         turns.append(turn)
     if not turns:
         raise InvalidRequest("messages hold no user, assistant or tool turn", param="messages")
-    user = request.user or request.safety_identifier or headers.get("x-user-id") or deps.settings.chat_default_user
-    system_prompt = "\n\n".join(system) if system else None
+    user = _user(deps, request, headers)
     session = headers.get("x-session-id") or (request.metadata or {}).get("session_id")
-    if not session:
-        session = derived_session_id(caller.tenant, user, system_prompt or "", turns[0])
     try:
         validate_id(user, "user")
-        validate_id(session, "session id")
     except ValueError as exc:
-        raise InvalidRequest(str(exc), param="user" if "user" in str(exc) else "metadata.session_id") from None
-    return Conversation(user, session, system_prompt, turns)
+        raise InvalidRequest(str(exc), param="user") from None
+    if session:
+        try:
+            validate_id(session, "session id")
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="metadata.session_id") from None
+    return Conversation(user, session, "\n\n".join(system) if system else None, turns)
 
 
-async def _plan(deps: Dependencies, tenant: str, talk: Conversation) -> tuple[Plan, int]:
-    """What to append, and the log's length now."""
-    meta = await deps.stores.log.meta(tenant, talk.session)
+async def _log_tail(deps: Dependencies, tenant: str, talk: Conversation, session: str) -> tuple[list[str], int]:
+    """Fingerprints of the session log's tail (as long as the request) and the log's length."""
+    meta = await deps.stores.log.meta(tenant, session)
     if meta is not None and meta.user_id != talk.user:
         raise SessionOwnerError(meta.user_id)
     count = meta.message_count if meta else 0
-    window = len(talk.turns) + 8  # a log longer than the request can only align on its tail
-    stored = await deps.stores.log.read(tenant, talk.session, after=max(0, count - window)) if count else []
-    seen = not count and await deps.stores.keywords.has_session(tenant, talk.user, talk.session)
-    stored_prints = [fingerprint(t) for t in stored]
-    return plan_append(stored_prints, talk.turns, session=talk.session, log_length=count, seen_before=seen), count
+    stored = await deps.stores.log.read(tenant, session, after=max(0, count - len(talk.turns))) if count else []
+    return [fingerprint(t) for t in stored], count
+
+
+async def _place(deps: Dependencies, tenant: str, talk: Conversation) -> tuple[str, Plan, int]:
+    """The session of a new call, what of it is new, and the log's length it was planned on.
+
+    Without a session id a conversation is found by the history it resends: the session whose
+    log ends with the answer it last got. A first call, or one whose session has moved on (another
+    branch of the same opening), opens a session of its own: conversations never merge."""
+    if talk.session:
+        stored, count = await _log_tail(deps, tenant, talk, talk.session)
+        seen = not count and await deps.stores.keywords.has_session(tenant, talk.user, talk.session)
+        return talk.session, plan_append(stored, talk.turns, seen_before=seen), count
+    last = last_assistant(talk.turns)
+    if last >= 0:
+        digest = history_digest(tenant, talk.user, talk.system_prompt or "", talk.turns[: last + 1])
+        known = await deps.stores.chats.conversation(tenant, talk.user, digest)
+        if known:
+            stored, count = await _log_tail(deps, tenant, talk, known)
+            plan = plan_append(stored, talk.turns, seen_before=False)
+            if plan.alignment is Alignment.CONTINUES and len(plan.new) == len(talk.turns) - last - 1:
+                return known, plan, count
+    return "chat-" + uuid.uuid4().hex[:24], Plan(Alignment.NEW, list(talk.turns)), 0
 
 
 def _message_in(turn: dict[str, Any], message_id: str) -> schemas.MessageIn:
@@ -107,18 +171,104 @@ def _message_in(turn: dict[str, Any], message_id: str) -> schemas.MessageIn:
         raise InvalidRequest(exc.errors(include_url=False, include_context=False), param="messages") from None
 
 
-async def _append(deps: Dependencies, caller: Caller, talk: Conversation, turns: list[dict], ids: list[str]) -> list[int]:
+def _storable(text: str) -> str:
+    """The model's text as every store keeps it: NUL and unpaired surrogates cannot be stored, and the
+    answer was given, so they go rather than the answer."""
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+
+
+def _answer(content: str | None, tool_calls: list[Any] | None) -> dict[str, Any]:
+    """The model's answer as a turn: what the client gets, and (storable) what the log keeps."""
+    turn: dict[str, Any] = {"role": "assistant", "content": _storable(content or "")}
+    calls = [c.model_dump() if hasattr(c, "model_dump") else c for c in tool_calls or []]
+    if calls:
+        turn["tool_calls"] = [
+            {
+                "id": c.get("id"),
+                "type": "function",
+                "function": {key: _storable(str(c["function"][key] or "")) for key in ("name", "arguments")},
+            }
+            for c in calls
+        ]
+    return turn
+
+
+async def _store(
+    deps: Dependencies, tenant: str, talk: Conversation, session: str, turns: Sequence[dict[str, Any]], ids: list[str]
+) -> tuple[list[int], list[bool]]:
+    """Append turns the call already validated, spent for and checked against the quota: the
+    model's answer is never refused after the fact."""
     if not turns:
-        return []
-    body = schemas.AppendRequest(user_id=talk.user, messages=[_message_in(t, i) for t, i in zip(turns, ids, strict=True)])
-    return (await append_messages(deps, caller, talk.session, body)).seqs
+        return [], []
+    now = datetime.now(UTC).isoformat()
+    messages = [
+        {**turn, "id": ident, "created_at": turn.get("created_at") or now} for turn, ident in zip(turns, ids, strict=True)
+    ]
+    result = await deps.stores.log.append(tenant, session, talk.user, messages)
+    if deps.poke is not None and not all(result.duplicates):
+        deps.poke(tenant, session)
+    return result.seqs, result.duplicates
 
 
-def _model_error(exc: LLMError) -> Exception:
-    if exc.status_code is not None and 400 <= exc.status_code < 500:
+_KEY_LIKE = re.compile(r"\b(sk|key|token)[-_][A-Za-z0-9*._-]{4,}", re.IGNORECASE)
+
+
+def _model_error(deps: Dependencies, exc: LLMError) -> ServiceError:
+    """What a failure of the model endpoint answers: the tenant's 400 only when the model refused
+    what the request asked (a parameter it does not take); the service's 502 or 503 otherwise,
+    naming the endpoint and never its credentials."""
+    upstream = urlsplit(deps.settings.llm_base_url).hostname or "the model endpoint"
+    status = exc.status_code
+    if status is None:
+        return ModelUnavailable(f"{upstream}: {type(exc.__cause__).__name__ if exc.__cause__ else 'no answer'}")
+    if status in (408, 429, 503):
+        retry = exc.retry_after if exc.retry_after and exc.retry_after.isdigit() else None
+        return ModelUnavailable(f"{upstream} answered HTTP {status}", retry_after_s=int(retry) if retry else 2)
+    if status in (400, 413, 422):
         body = exc.body if isinstance(exc.body, dict) else {}
-        return ModelRefused(exc.status_code, str(body.get("message") or exc))
-    return ModelUnavailable(str(exc))
+        message = str(body.get("message") or exc)
+        key = deps.settings.llm_api_key
+        message = _KEY_LIKE.sub("[redacted]", message.replace(key, "[redacted]") if key else message)
+        return ModelRefused(f"the model refused the request: {message}")
+    return UpstreamFailed(f"the model endpoint {upstream} failed the request (HTTP {status}); the service's operator is told")
+
+
+def _spend(deps: Dependencies, caller: Caller, amount: int):
+    settings = deps.settings
+    limit = settings.rate_limit_overrides.get(caller.tenant, settings.rate_limit_messages_per_minute)
+    return deps.stores.rate_limits.spend(caller.key_digest, amount, limit)
+
+
+@dataclass
+class _Call:
+    """One call as it is carried out: new, or the retry of a call already taken."""
+
+    id: str
+    session: str
+    alignment: Alignment
+    new: list[dict[str, Any]]
+    history_upto: int
+    record: CallRecord | None = None
+    """The record of the call this one retries."""
+
+    def ids(self) -> list[str]:
+        return [turn_id(self.id, i) for i in range(len(self.new))]
+
+
+async def _resolve(deps: Dependencies, tenant: str, talk: Conversation, retry: chat_calls.RetryKey | None) -> _Call:
+    record = await chat_calls.earlier_call(deps, tenant, talk.user, retry)
+    if record is None:
+        session, plan, count = await _place(deps, tenant, talk)
+        return _Call(uuid.uuid4().hex, session, plan.alignment, plan.new, count)
+    new = talk.turns[len(talk.turns) - record.new_turns :] if record.new_turns else []
+    call = _Call(record.call, record.session, Alignment.RETRIED, new, 0, record)
+    first = (await deps.stores.log.seqs_of(tenant, call.session, call.ids()[:1]))[:1]
+    if first and first[0] is not None:
+        call.history_upto = first[0] - 1
+    else:
+        meta = await deps.stores.log.meta(tenant, call.session)
+        call.history_upto = meta.message_count if meta else 0
+    return call
 
 
 async def chat_completion(
@@ -127,80 +277,155 @@ async def chat_completion(
     if deps.llm is None:
         raise NoModel()
     started = time.perf_counter()
-    llm = deps.llm
-    talk = conversation(deps, caller, request, headers)
+    llm, tenant = deps.llm, caller.tenant
+    talk = conversation(deps, request, headers)
     store = request.store is not False
-    plan, count = await _plan(deps, caller.tenant, talk)
-    stored = await _append(deps, caller, talk, plan.new, plan.ids) if store else []
+    retry = chat_calls.retry_key(request, talk, headers) if store else None
+    call = await _resolve(deps, tenant, talk, retry)
+    answer_id = turn_id(call.id, ANSWER)
+    if call.record is not None:
+        seq = (await deps.stores.log.seqs_of(tenant, call.session, [answer_id]))[0]
+        if seq is not None:  # answered already: the same answer again, the model not asked
+            await _spend(deps, caller, 1)
+            return await _replay(deps, tenant, talk, call, seq, request.stream)
+    window = await llm.context_window(deps.settings.llm_context_window)
     reserve = request.max_completion_tokens or request.max_tokens or deps.settings.chat_max_completion_tokens
-    context = await build_working_memory(
-        deps,
-        caller.tenant,
-        schemas.ContextRequestIn(
-            user_id=talk.user,
-            session_id=talk.session,
-            query=next((t["content"] for t in reversed(talk.turns) if t["role"] == "user"), ""),
-            system_prompt=talk.system_prompt,
-            max_tokens=await llm.context_window(deps.settings.llm_context_window),
-            reserve_output=reserve,
-        ),
-        pending_turns=[] if store else plan.new,
-        tools=request.tools or [],
-    )
+    if reserve >= window:
+        raise ContextLengthExceeded(f"this model's context window is {window} tokens; the answer alone asks for {reserve}")
+    now = datetime.now(UTC)
+    new_turns = [_message_in(t, i).stored(now) for t, i in zip(call.new, call.ids(), strict=True)] if store else []
+    try:
+        context = await build_working_memory(
+            deps,
+            tenant,
+            schemas.ContextRequestIn.model_construct(
+                user_id=talk.user,
+                session_id=call.session,
+                query=next((t["content"] for t in reversed(talk.turns) if t["role"] == "user"), "")[:QUERY_CHARS],
+                system_prompt=talk.system_prompt,
+                max_tokens=window,
+                reserve_output=reserve,
+            ),
+            pending_turns=call.new,
+            tools=[tool for tool in request.tools or []],
+            history_upto=call.history_upto,
+        )
+    except BudgetError as exc:
+        raise ContextLengthExceeded(
+            f"this model's context window is {window} tokens; the system prompt, tools, newest turn and "
+            f"{reserve} tokens of answer do not fit ({exc.detail})"
+        ) from None
+    await _spend(deps, caller, len(call.new) + 1 if store else 1)
+    stored: list[int] = []
+    if store:
+        await check_memory_quota(deps, tenant, len(call.new) + 1)
+        if retry is not None and call.record is None:
+            record = CallRecord(call.id, call.session, retry.body, len(call.new))
+            await chat_calls.remember(deps, tenant, talk.user, retry, record)
+        stored, _ = await _store(deps, tenant, talk, call.session, new_turns, call.ids())
     report = MemoryReport(
-        session_id=talk.session,
+        session_id=call.session,
         user_id=talk.user,
         stored_seqs=stored,
         recalled=[hit.id for hit in context.recalled],
-        alignment=plan.alignment.value,
+        alignment=call.alignment.value,
         memory_tokens=context.usage.sections["memory"].tokens,
         prompt_tokens=context.usage.total_tokens,
     )
-    deps.observers.chat_call(plan.alignment.value, report.memory_tokens, request.stream)
-    if plan.alignment in (Alignment.DIVERGED, Alignment.EXPIRED):
-        logger.info("chat history %s from the log of %s/%s", plan.alignment.value, caller.tenant, talk.session)
+    deps.observers.chat_call(call.alignment.value, report.memory_tokens, request.stream)
+    if call.alignment in (Alignment.DIVERGED, Alignment.EXPIRED):
+        logger.info("chat history %s from the log of %s/%s", call.alignment.value, tenant, call.session)
     body = request.passthrough() | {"messages": context.messages, "max_tokens": reserve}
-    answer_id = turn_id(talk.session, count + len(plan.new), ANSWER)
-    keep = store and plan.alignment is not Alignment.REPLAYED
-    memory_headers = {
-        "X-Memory-Session-Id": talk.session,
-        "X-Memory-Recalled": ",".join(report.recalled),
-    }
+    keeper = _Keeper(deps, tenant, talk, call, answer_id) if store else None
     if request.stream:
         chunks = llm.stream(body)
         try:
             first = await anext(chunks)  # a model that is down answers with a status, not a broken stream
         except LLMError as exc:
-            raise _model_error(exc) from exc
+            raise _model_error(deps, exc) from exc
         except StopAsyncIteration:
             first = None
         return StreamingResponse(
-            _stream(deps, caller, talk, first, chunks, report, answer_id if keep else None, started),
+            _stream(deps, first, chunks, report, keeper, started),
             media_type="text/event-stream",
-            headers=memory_headers | {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers=_memory_headers(report) | {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     try:
         completion = await llm.complete(body)
     except LLMError as exc:
-        raise _model_error(exc) from exc
+        raise _model_error(deps, exc) from exc
+    out = completion.model_dump(exclude_unset=True)
     message = completion.choices[0].message if completion.choices else None
-    if keep and message is not None:
-        report.stored_seqs += await _append(deps, caller, talk, [_answer(message.content, message.tool_calls)], [answer_id])
-    out = completion.model_dump(exclude_unset=True) | {"memory": report.model_dump()}
-    return JSONResponse(out, headers=memory_headers | {"X-Memory-Stored-Seqs": ",".join(map(str, report.stored_seqs))})
+    if keeper is not None and message is not None:
+        turn, seq = await keeper.keep(_answer(message.content, message.tool_calls))
+        report.stored_seqs.append(seq)
+        out["choices"][0]["message"] = {**out["choices"][0]["message"], **turn}
+    out["memory"] = report.model_dump()
+    return JSONResponse(out, headers=_memory_headers(report))
 
 
-def _answer(content: str | None, tool_calls: list[Any] | None) -> dict[str, Any]:
-    """The model's answer as a turn to store. NUL characters go (no store keeps them): the answer was
-    given, and refusing to store it would lose the rest."""
-    turn: dict[str, Any] = {"role": "assistant", "content": (content or "").replace("\x00", "")}
-    calls = [c.model_dump() if hasattr(c, "model_dump") else c for c in tool_calls or []]
-    if calls:
-        turn["tool_calls"] = [
-            {"id": c.get("id"), "type": "function", "function": {key: c["function"][key] for key in ("name", "arguments")}}
-            for c in calls
-        ]
+def _memory_headers(report: MemoryReport) -> dict[str, str]:
+    return {
+        "X-Memory-Session-Id": report.session_id,
+        "X-Memory-Recalled": ",".join(report.recalled),
+        "X-Memory-Stored-Seqs": ",".join(map(str, report.stored_seqs)),
+    }
+
+
+class _Keeper:
+    """Stores a call's answer, once, and names its conversation for a client that sends no
+    session id."""
+
+    def __init__(self, deps: Dependencies, tenant: str, talk: Conversation, call: _Call, answer_id: str):
+        self.deps, self.tenant, self.talk, self.call, self.answer_id = deps, tenant, talk, call, answer_id
+
+    async def keep(self, turn: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The answer as stored, and its seq. A retry racing its first attempt may find the first
+        attempt's answer stored: that one is the call's answer, and is what the client gets."""
+        deps, tenant, talk, call = self.deps, self.tenant, self.talk, self.call
+        (seq,), (duplicate,) = await _store(deps, tenant, talk, call.session, [turn], [self.answer_id])
+        if duplicate:
+            turn = _public((await deps.stores.log.read(tenant, call.session, after=seq - 1, limit=1))[0])
+        if not talk.session:
+            digest = history_digest(tenant, talk.user, talk.system_prompt or "", [*talk.turns, turn])
+            await deps.stores.chats.remember_conversation(tenant, talk.user, digest, call.session, deps.settings.session_ttl_s)
+        return turn, seq
+
+
+def _public(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored answer as the model's message: role, content, tool calls."""
+    turn = {"role": "assistant", "content": stored.get("content") or ""}
+    if stored.get("tool_calls"):
+        turn["tool_calls"] = stored["tool_calls"]
     return turn
+
+
+async def _replay(
+    deps: Dependencies, tenant: str, talk: Conversation, call: _Call, answer_seq: int, stream: bool
+) -> JSONResponse | StreamingResponse:
+    """The stored answer of a call retried after it was answered, as a completion or a stream."""
+    turn = _public((await deps.stores.log.read(tenant, call.session, after=answer_seq - 1, limit=1))[0])
+    seqs = [s for s in await deps.stores.log.seqs_of(tenant, call.session, call.ids()) if s is not None]
+    report = MemoryReport(
+        session_id=call.session, user_id=talk.user, stored_seqs=[*seqs, answer_seq], recalled=[],
+        alignment=Alignment.RETRIED.value, memory_tokens=0, prompt_tokens=0,
+    )  # fmt: skip
+    deps.observers.chat_call(Alignment.RETRIED.value, 0, stream)
+    head = {"id": f"chatcmpl-{call.id}", "created": int(time.time()), "model": deps.settings.llm_model}
+    finish = "tool_calls" if turn.get("tool_calls") else "stop"
+    if not stream:
+        choice = {"index": 0, "message": turn, "finish_reason": finish}
+        out = head | {"object": "chat.completion", "choices": [choice], "memory": report.model_dump()}
+        return JSONResponse(out, headers=_memory_headers(report))
+
+    async def events() -> AsyncIterator[str]:
+        chunk = head | {"object": "chat.completion.chunk"}
+        yield f"data: {json.dumps(chunk | {'choices': [{'index': 0, 'delta': turn, 'finish_reason': None}]})}\n\n"
+        yield f"data: {json.dumps(chunk | {'choices': [{'index': 0, 'delta': {}, 'finish_reason': finish}]})}\n\n"
+        yield f"data: {json.dumps(chunk | {'choices': [], 'memory': report.model_dump()})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=_memory_headers(report))
 
 
 class _Answer:
@@ -233,12 +458,10 @@ class _Answer:
 
 async def _stream(
     deps: Dependencies,
-    caller: Caller,
-    talk: Conversation,
     first: Any,
     rest: AsyncIterator[Any],
     report: MemoryReport,
-    answer_id: str | None,
+    keeper: _Keeper | None,
     started: float,
 ) -> AsyncIterator[str]:
     """Each chunk as the model gives it; then the answer stored, the memory report, [DONE]."""
@@ -263,14 +486,14 @@ async def _stream(
                 yield f"data: {chunk.model_dump_json(exclude_unset=True)}\n\n"
         except LLMError as exc:  # the model broke off: no partial answer is stored
             ended = True
-            error = {"message": str(_model_error(exc)), "type": "server_error", "param": None, "code": None}
+            error = {"message": str(_model_error(deps, exc)), "type": "server_error", "param": None, "code": None}
             yield f"data: {json.dumps({'error': error})}\n\n"
             return
         ended = True
-        if answer_id is not None:
+        if keeper is not None:
             # Stored before [DONE], and shielded: a client that leaves now does not cut the write.
-            stored = asyncio.ensure_future(_append(deps, caller, talk, [answer.turn()], [answer_id]))
-            report.stored_seqs += await asyncio.shield(stored)
+            stored = asyncio.ensure_future(keeper.keep(answer.turn()))
+            report.stored_seqs.append((await asyncio.shield(stored))[1])
         tail = {"id": getattr(last, "id", ""), "object": "chat.completion.chunk", "created": getattr(last, "created", 0)}
         tail |= {"model": getattr(last, "model", ""), "choices": [], "memory": report.model_dump()}
         yield f"data: {json.dumps(tail)}\n\n"

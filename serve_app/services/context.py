@@ -47,10 +47,12 @@ async def build_working_memory(
     *,
     pending_turns: Sequence[dict[str, Any]] = (),
     tools: Sequence[dict[str, Any]] = (),
+    history_upto: int | None = None,
 ) -> ContextResponse:
-    """The prompt for the next call and what went into it, section by section. `pending_turns`: turns
-    of this call that are not stored (a chat call with `store: false`), after the log's; `tools`: a
-    chat call's tool definitions, which take room in the prompt."""
+    """The prompt for the next call and what went into it, section by section. `pending_turns`: a
+    chat call's own turns, after the log's; `history_upto`: the log's last seq that call saw (turns
+    that other calls append meanwhile stay out of its prompt, which ends with its own newest turn);
+    `tools`: a chat call's tool definitions, which take room in the prompt."""
     stores, settings = deps.stores, deps.settings
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k
@@ -62,7 +64,10 @@ async def build_working_memory(
             return None, []
         if meta.user_id != req.user_id:
             raise SessionOwnerError(meta.user_id)
-        return meta, await stores.log.read(tenant, req.session_id, after=meta.covers_upto_seq)
+        limit = -1 if history_upto is None else max(0, history_upto - meta.covers_upto_seq)
+        if limit == 0:
+            return meta, []
+        return meta, await stores.log.read(tenant, req.session_id, after=meta.covers_upto_seq, limit=limit)
 
     async def recall_part() -> list[Hit]:
         try:

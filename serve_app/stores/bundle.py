@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from serve_app.settings import Settings
 from serve_app.stores.audit import AuditLog
+from serve_app.stores.chat_calls import ChatCalls
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.pg_pool import session_lock
@@ -29,6 +30,7 @@ class Stores:
     keywords: KeywordIndex
     rate_limits: RateLimiter
     audit: AuditLog
+    chats: ChatCalls
 
     @classmethod
     async def connect(cls, settings: Settings) -> Stores:
@@ -56,6 +58,7 @@ class Stores:
             keywords=KeywordIndex(facts.pool),
             rate_limits=RateLimiter(log.redis),
             audit=AuditLog(facts.pool),
+            chats=ChatCalls(log.redis, settings.chat_retry_window_s),
         )
 
     async def milvus_reloads(self) -> int:

@@ -270,6 +270,15 @@ class SessionLog:
         raw = [int(x) for x in out[1:]]
         return AppendResult(seqs=[abs(x) for x in raw], duplicates=[x < 0 for x in raw])
 
+    async def seqs_of(self, tenant: str, session: str, client_ids: list[str]) -> list[int | None]:
+        """The seq each client id was stored at, None where it was not (a retry asks what its first
+        attempt left)."""
+        if not client_ids:
+            return []
+        _, _, ids_key = self._keys(tenant, session)
+        found = await self.redis.hmget(ids_key, client_ids)
+        return [int(seq) if seq is not None else None for seq in found]
+
     async def meta(self, tenant: str, session: str) -> SessionMeta | None:
         meta_key, log_key, _ = self._keys(tenant, session)
         async with self.redis.pipeline(transaction=True) as pipe:

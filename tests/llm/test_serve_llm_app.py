@@ -193,10 +193,11 @@ def test_each_history_rule_stores_what_it_says(stack):
     client = _sdk(base)
     user, session = "u-" + uuid.uuid4().hex[:6], "s-" + uuid.uuid4().hex[:8]
 
-    def ask(messages, **more):
+    def ask(messages, headers=None, **more):
         return client.chat.completions.create(
-            model="m", messages=messages, user=user, extra_headers={"X-Session-Id": session}, max_completion_tokens=4, **more
-        )
+            model="m", messages=messages, user=user, extra_headers={"X-Session-Id": session, **(headers or {})},
+            max_completion_tokens=4, **more,
+        )  # fmt: skip
 
     first = ask([{"role": "user", "content": "Plan a trip to Oslo."}])
     a1 = first.choices[0].message.content or ""
@@ -207,18 +208,17 @@ def test_each_history_rule_stores_what_it_says(stack):
     a2 = resent.choices[0].message.content or ""
     history += [{"role": "user", "content": "In May, for three days."}, {"role": "assistant", "content": a2}]
 
-    retry = ask(history[:3])  # the previous request again (a retry): nothing new
-    assert retry.memory["alignment"] == "replayed" and retry.memory["stored_seqs"] == []
-    assert len(_log(base, session)) == 4
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    keyed = ask([*history, {"role": "user", "content": "ok"}], key)
+    retry = ask([*history, {"role": "user", "content": "ok"}], key)  # the client's retry: nothing new, the same answer
+    assert retry.memory["alignment"] == "retried" and retry.memory["stored_seqs"] == keyed.memory["stored_seqs"] == [5, 6]
+    assert retry.choices[0].message.content == keyed.choices[0].message.content
+    assert len(_log(base, session)) == 6
+    history += [{"role": "user", "content": "ok"}, {"role": "assistant", "content": keyed.choices[0].message.content or ""}]
 
-    dropped = ask([*history[2:], {"role": "user", "content": "ok"}])  # the client dropped its oldest turns
-    assert dropped.memory["alignment"] == "continues" and dropped.memory["stored_seqs"] == [5, 6]
-    a3 = dropped.choices[0].message.content or ""
-    history += [{"role": "user", "content": "ok"}, {"role": "assistant", "content": a3}]
-
-    again = ask([*history, {"role": "user", "content": "ok"}])  # the same words said again: a new turn
-    assert again.memory["stored_seqs"] == [7, 8]
-    history += [{"role": "user", "content": "ok"}, {"role": "assistant", "content": again.choices[0].message.content or ""}]
+    dropped = ask([*history[2:], {"role": "user", "content": "ok"}])  # oldest turns dropped; the same words again
+    assert dropped.memory["alignment"] == "continues" and dropped.memory["stored_seqs"] == [7, 8]
+    history += [{"role": "user", "content": "ok"}, {"role": "assistant", "content": dropped.choices[0].message.content or ""}]
 
     edited = [*history[:2], {"role": "user", "content": "In June instead."}]  # an edited second turn
     diverged = ask(edited)

@@ -1,0 +1,56 @@
+"""The chat endpoint of one replica's app, in process, on the real stores, with its model a
+`ScriptedUpstream` (a TEST DOUBLE of the GPU model; the real path is tested in tests/llm)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from serve_app.api.http import create_http_app
+from serve_app.llm.client import llm_client
+from serve_app.services.dependencies import Dependencies
+from serve_app.settings import Settings
+from serve_app.stores.bundle import Stores
+from tests.doubles import ScriptedUpstream
+
+CHAT_COLLECTION = "chat_path"
+
+
+@asynccontextmanager
+async def chat_app(backends, embed, upstream: ScriptedUpstream, **settings_args: Any):
+    """An httpx client of the app, its dependencies: `settings_args` override the settings."""
+    settings = Settings(
+        **backends.env,
+        milvus_collection=CHAT_COLLECTION,
+        llm_mode="openai",
+        llm_base_url=upstream.base_url,
+        llm_model=upstream.model,
+        llm_api_key="sk-upstream-secret-0123456789abcdef",
+        **settings_args,
+    )
+    stores = await Stores.connect(settings)
+
+    async def embed_one(text: str) -> list[float]:
+        return (await embed([text]))[0]
+
+    async def no_compaction(*_: str) -> dict:
+        return {}
+
+    deps = Dependencies(
+        settings=settings,
+        stores=stores,
+        embed_one=embed_one,
+        embed_documents=embed,
+        compact_now=no_compaction,
+        keyring=settings.keyring(),
+        llm=llm_client(settings),
+    )
+    transport = httpx.ASGITransport(app=create_http_app(deps))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:
+            yield client, deps
+    finally:
+        await deps.llm.close()
+        await stores.close()
