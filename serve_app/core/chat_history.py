@@ -7,11 +7,11 @@ text, name, tool call ids, names and arguments), and the request is laid against
 
 - CONTINUES: the log ends with the start of the request (the whole history resent, or its oldest
   turns dropped by the client): the rest of the request is new, at least its newest turn.
-- LATEST: the request holds no history (no assistant turn before its newest exchange): every turn
-  of it is new (a client that sends only the newest turn with a session id).
+- LATEST: the request holds no history (no answer before its newest exchange): every turn of it
+  is new (a client that sends only the newest turn with a session id).
 - DIVERGED: the request's history is not the log's tail (an edited or regenerated turn, turns added
   over REST that the client never saw): old history is never appended again, only the request's
-  newest exchange (after its last assistant turn).
+  newest exchange (after its last answer: a question with its tool calls and their results).
 - EXPIRED: an empty log for a session that left memories (its log expired while the client kept
   its copy): only the newest exchange.
 - NEW: an empty log and no earlier trace of the session: every turn is new.
@@ -81,13 +81,11 @@ def last_assistant(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 def newest(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's newest exchange, never older history: the turns after its last assistant turn,
-    or from that turn on when it called tools (its results are among them: a call and its results
-    are stored together)."""
-    last = last_assistant(messages)
-    if last >= 0 and messages[last].get("tool_calls"):
-        return list(messages[last:])
-    return list(messages[last + 1 :] or messages[-1:])
+    """The request's newest exchange, never older history: the turns after its last answer (an
+    assistant turn that calls no tool), so a question, the tool calls made for it and their results
+    are stored together."""
+    answered = max((i for i, m in enumerate(messages) if m.get("role") == "assistant" and not m.get("tool_calls")), default=-1)
+    return list(messages[answered + 1 :] or messages[-1:])
 
 
 def overlap(stored: Sequence[str], request: Sequence[str]) -> int:
@@ -110,7 +108,7 @@ def plan_append(stored: Sequence[str], messages: Sequence[dict[str, Any]], *, se
     k = overlap(stored, [fingerprint(m) for m in messages])
     if k:
         return Plan(Alignment.CONTINUES, list(messages[k:]))
-    if last_assistant(messages) < 0 or newest(messages) == list(messages):
+    if newest(messages) == list(messages):
         return Plan(Alignment.LATEST, list(messages))
     return Plan(Alignment.DIVERGED, newest(messages))
 

@@ -72,8 +72,10 @@ def test_turn_ids_are_the_calls_own():
 def test_a_diverged_tool_result_is_stored_with_the_call_it_answers():
     call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}
     result = {"role": "tool", "tool_call_id": "c1", "content": "42"}
-    p = plan(LOG, [u("Something else."), a("Hm."), call, result])
-    assert p.alignment is Alignment.DIVERGED and p.new == [call, result]
+    p = plan(LOG, [u("Something else."), a("Hm."), u("Look it up."), call, result])
+    assert p.alignment is Alignment.DIVERGED and p.new == [u("Look it up."), call, result]
+    alone = plan(LOG, [u("Look it up."), call, result])  # no answer before it: all of it is new
+    assert alone.alignment is Alignment.LATEST and alone.new == [u("Look it up."), call, result]
 
 
 def test_fingerprints_ignore_whitespace_and_argument_formatting_but_not_words():
