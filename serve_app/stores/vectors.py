@@ -446,6 +446,10 @@ class VectorStore:
         try:
             rows = await read()
         except MilvusException as exc:
+            if not await self.client.has_collection(legacy, timeout=RPC_TIMEOUT_S):
+                # Another replica's move finished and dropped it: what is left is embedded anew.
+                self.legacy = None
+                return {}
             if not _is_released(exc):
                 raise
             await self.client.load_collection(legacy, timeout=RPC_TIMEOUT_S)
@@ -464,6 +468,7 @@ class VectorStore:
 def _drop_collection(uri: str, token: str, name: str) -> None:
     client = MilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
     try:
-        client.drop_collection(name)
+        if client.has_collection(name):  # another replica's move may have dropped it already
+            client.drop_collection(name)
     finally:
         client.close()

@@ -16,7 +16,7 @@ from serve_app.core.records import MemoryRow
 from serve_app.services.memories import VectorPass, delete_memories, move_vectors, repair_vectors, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.stores.vectors import GRPC_OPTIONS, milvus_record, partition_of
+from serve_app.stores.vectors import GRPC_OPTIONS, VectorStore, milvus_record, partition_of
 
 LEGACY_PARTITIONS = 4
 
@@ -124,10 +124,14 @@ async def test_vectors_of_the_older_key_scheme_move_to_owner_keys(backends, fres
         await stores.close()
 
     stores = await Stores.connect(settings)  # a restart goes on with the rest
+    other = VectorStore(milvus_uri, base, dim, partitions=LEGACY_PARTITIONS)  # another replica's
     try:
-        assert stores.vectors.legacy == base
+        assert stores.vectors.legacy == other.legacy == base
         assert await move_vectors(stores, embed, chunk=2) == VectorPass(6, 0)
         assert stores.vectors.legacy is None
+        # The other replica finds the older collection gone: nothing to copy, nothing to drop.
+        assert await other.legacy_vectors("t1", "alice", ["a-0"]) == {} and other.legacy is None
+        await other.drop_legacy()
         stamps = await stores.keywords.pool.fetch("SELECT DISTINCT vector_keys FROM memory_keywords")
         assert [r["vector_keys"] for r in stamps] == [VECTOR_KEYS]
         for row in [*alice, alice_note]:  # copied: the older collection's vector, not a new embedding
@@ -142,6 +146,7 @@ async def test_vectors_of_the_older_key_scheme_move_to_owner_keys(backends, fres
         assert await move_vectors(stores, embed) == VectorPass(0, 0)
         assert await repair_vectors(stores, embed) == VectorPass(0, 0)
     finally:
+        await other.close()
         await stores.close()
     client = MilvusClient(uri=milvus_uri, grpc_options=GRPC_OPTIONS)
     try:
