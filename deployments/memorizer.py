@@ -56,6 +56,13 @@ class _Metrics:
         self.vectors_repaired = metrics.Counter(
             "memserve_vectors_repaired", "Vectors re-embedded from PostgreSQL after a Milvus restart had lost them."
         )
+        self.vectors_moved = metrics.Counter(
+            "memserve_vectors_moved", "Memories whose vectors were moved from an older Milvus key scheme to this one."
+        )
+        self.vectors_unstorable = metrics.Counter(
+            "memserve_vectors_unstorable",
+            "Memories PostgreSQL holds that a repair, move or re-embedding skipped: no Milvus row can hold them.",
+        )
         self.lag = metrics.Histogram(
             "memserve_memorization_lag_seconds",
             "From a session's oldest unmemorized turn to the end of the pass that memorized it.",
@@ -109,6 +116,12 @@ class _Metrics:
 
     def reembedded(self, count: int) -> None:
         _add(self.vectors_reembedded, count)
+
+    def moved(self, count: int) -> None:
+        _add(self.vectors_moved, count)
+
+    def unstorable(self, count: int) -> None:
+        _add(self.vectors_unstorable, count)
 
 
 @serve.deployment(name="Memorizer", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.25})

@@ -10,13 +10,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serve_app.core.budget import BudgetShares, Reason
-from serve_app.core.ids import ID_PATTERN
+from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.core.records import FactCategory
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_MESSAGES_PER_REQUEST = 100
 Role = Literal["system", "user", "assistant", "tool"]
-Id = Field(pattern=ID_PATTERN, min_length=1, max_length=128)
+Id = Field(pattern=ID_PATTERN, min_length=1, max_length=MAX_ID_LENGTH)
 
 
 MAX_SEQ = 2**63 - 1  # seqs are BIGINT in PostgreSQL

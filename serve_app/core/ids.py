@@ -1,6 +1,7 @@
 """Identifier rules and the deterministic ids derived from them.
 
-Ids end up inside Redis keys and Milvus filter expressions, so they are validated once at the boundary.
+Ids end up inside Redis keys, PostgreSQL rows and Milvus fields and filter expressions, so they are
+validated once at the boundary, against the one length every store's schema is made to hold.
 """
 
 from __future__ import annotations
@@ -8,8 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$"
+MAX_ID_LENGTH = 128
+"""The longest id the API accepts; every store field that holds an id is made this wide."""
+ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._@-]{{0,{MAX_ID_LENGTH - 1}}}$"
 _ID_RE = re.compile(ID_PATTERN)
+VECTOR_KEYS = 2
+"""How Milvus keys memories: 1 by the memory id alone (one key space for every tenant and user, so
+one owner's "note-1" replaced another's), 2 by `vector_key`. PostgreSQL records, per memory, the
+scheme its vector was written under (`services.memories.move_vectors` brings older ones up)."""
 
 
 class InvalidIdError(ValueError):
@@ -19,7 +26,8 @@ class InvalidIdError(ValueError):
 def validate_id(value: str, what: str = "id") -> str:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidIdError(
-            f"{what} must be 1-128 characters of letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+            f"{what} must be 1-{MAX_ID_LENGTH} characters of letters, digits, '.', '_', '@' or '-',"
+            " starting with a letter or digit"
         )
     return value
 
@@ -42,3 +50,10 @@ def turn_memory_id(tenant_id: str, user_id: str, session_id: str, role: str, con
 def direct_memory_id(tenant_id: str, user_id: str, text: str) -> str:
     """Vector id of a memory added directly: the same text added twice is stored once."""
     return "m" + _digest(tenant_id, user_id, text)
+
+
+def vector_key(tenant_id: str, owner: str, memory_id: str) -> str:
+    """The Milvus primary key of a memory: memory ids are unique per owner only, and Milvus has one
+    key space per collection. Fixed length, whatever the ids' lengths. The owner is a user id today;
+    an owner of another kind (a shared space) would name itself so that no user id can equal it."""
+    return "k" + _digest(tenant_id, owner, memory_id)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from serve_app.core.ids import MAX_ID_LENGTH
+
 FactCategory = Literal["preference", "fact", "decision", "task"]
 FACT_CATEGORIES: tuple[str, ...] = get_args(FactCategory)
 MAX_TEXT_BYTES = 16000  # the longest memory text kept (the Milvus schema's VARCHAR bound)
+MAX_LABEL_BYTES = 16  # a memory's role and kind ("assistant", "memory", ...)
 
 
 def clip_utf8(text: str, limit: int) -> str:
@@ -53,3 +56,21 @@ class Hit:
     created_at_ms: int
     coverage: float | None = None
     """Keyword hits: the share of the query's idf weight the memory's terms match (0-1)."""
+
+
+def unstorable(row: MemoryRow) -> str | None:
+    """Why a memory does not fit the vector store's fields, or None when it does. PostgreSQL holds
+    text of any length, so a row written there before the API bounded ids as the other stores do
+    can exceed them; the text is clipped to fit, never refused."""
+    for field, value, limit in (
+        ("id", row.id, MAX_ID_LENGTH),
+        ("tenant_id", row.tenant_id, MAX_ID_LENGTH),
+        ("user_id", row.user_id, MAX_ID_LENGTH),
+        ("session_id", row.session_id, MAX_ID_LENGTH),
+        ("role", row.role, MAX_LABEL_BYTES),
+        ("kind", row.kind, MAX_LABEL_BYTES),
+    ):
+        size = len(value.encode("utf-8", errors="surrogatepass"))
+        if size > limit:
+            return f"{field} of {size} bytes (at most {limit})"
+    return None

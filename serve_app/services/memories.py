@@ -7,7 +7,8 @@ way simply retries the whole write; a delete removes from both and reports each 
 PostgreSQL (fsync on commit) is the record: it holds every memory's text and origin. Milvus Lite
 acknowledges a write before it is on disk, and a kill -9 loses the last ones (bench/reliability.py
 found such losses), so after Milvus restarts `repair_vectors` embeds again what PostgreSQL has and
-Milvus lacks.
+Milvus lacks. The passes that write vectors from PostgreSQL skip (and count) a memory no Milvus row
+can hold, rather than stop at it: the memories after it still get theirs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import itertools
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from pydantic import TypeAdapter
 
@@ -25,7 +27,7 @@ from serve_app.core.clock import datetime_to_ms, ms_to_datetime
 from serve_app.core.ids import direct_memory_id
 from serve_app.core.keywords import memory_keywords
 from serve_app.core.ranking import Verdict
-from serve_app.core.records import Hit, MemoryRow
+from serve_app.core.records import Hit, MemoryRow, unstorable
 from serve_app.encoding import EmbedMany, Vector
 from serve_app.errors import InvalidRequest, MemoryNotFound
 from serve_app.services.dependencies import Dependencies
@@ -225,50 +227,110 @@ def explained_hit(verdict: Verdict, hit: Hit) -> schemas.ExplainedHit:
     )
 
 
-async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) -> int:
+class VectorPass(NamedTuple):
+    """What a pass that writes vectors from PostgreSQL did."""
+
+    written: int
+    unstorable: int
+    """Memories skipped because no Milvus row can hold them (each pass meets and counts them again)."""
+
+
+async def repair_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256) -> VectorPass:
     """Give Milvus back every memory PostgreSQL holds and Milvus lacks (same text, same model,
-    so the same vector); returns how many rows were written. Idempotent, safe to run any time."""
-    repaired = 0
+    so the same vector), compared by the memories' keys under this code's key scheme. Idempotent,
+    safe to run any time."""
+    repaired = skipped = 0
     for tenant, user in await stores.keywords.users():
         ids = await stores.keywords.memory_ids(tenant, user)
         missing = sorted(await stores.vectors.missing(tenant, user, ids))
+        written = 0
         for start in range(0, len(missing), chunk):
-            hits = await stores.keywords.fetch(tenant, user, missing[start : start + chunk])
-            repaired += len(await _write_vectors(stores, embed, tenant, user, hits))
-        if missing:
-            logger.warning("repaired %d vectors of %s/%s that Milvus had lost", len(missing), tenant, user)
-    return repaired
+            hits, bad = _storable(tenant, user, await stores.keywords.fetch(tenant, user, missing[start : start + chunk]))
+            skipped += bad
+            written += len(await _write_vectors(stores, embed, tenant, user, hits))
+        if written:
+            logger.warning("repaired %d vectors of %.80r/%.80r that Milvus had lost", written, tenant, user)
+        repaired += written
+    return VectorPass(repaired, skipped)
 
 
-async def reembed_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256, max_chunks: int | None = None) -> int:
-    """Embed again, under this code's document embedding, every memory an older one embedded;
-    returns how many were. Resumable: each chunk is recorded once its vectors are written, so a
-    restart goes on with the memories still stale."""
-    done = chunks = 0
+async def reembed_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256, max_chunks: int | None = None) -> VectorPass:
+    """Embed again, under this code's document embedding, every memory an older one embedded.
+    Resumable: each chunk is recorded once its vectors are written, so a restart goes on with the
+    memories still stale."""
+    done = skipped = chunks = 0
     while max_chunks is None or chunks < max_chunks:
         stale = await stores.keywords.embedded_before(limit=chunk)
         if not stale:
             break
         marked = 0
         for (tenant, user), group in itertools.groupby(stale, key=lambda item: (item[0], item[1])):
-            written = await _write_vectors(stores, embed, tenant, user, [hit for _, _, hit in group])
+            hits, bad = _storable(tenant, user, [hit for _, _, hit in group])
+            skipped += bad
+            written = await _write_vectors(stores, embed, tenant, user, hits)
             marked += await stores.keywords.mark_embedded(tenant, user, list(written.values()))
         done += marked
         chunks += 1
-        if not marked:  # every one changed or went meanwhile, and was written by its writer: none is left to do
+        if not marked:  # each one changed or went meanwhile (its writer wrote it), or cannot be stored
             break
     if done:
         logger.info("embedded %d memories again under the current document embedding", done)
-    return done
+    return VectorPass(done, skipped)
 
 
-async def _write_vectors(stores: Stores, embed: EmbedMany, tenant: str, user: str, hits: list[Hit]) -> dict[str, Hit]:
-    """Write the vectors of memories PostgreSQL holds; returns the memories as PostgreSQL holds them
-    after the write, by id (their vectors are then their texts')."""
+async def move_vectors(stores: Stores, embed: EmbedMany, *, chunk: int = 256, max_chunks: int | None = None) -> VectorPass:
+    """Write under this code's key scheme every memory whose vector an older scheme holds: the vector
+    copied from the older collection where it is this code's embedding of the memory (no model call),
+    embedded from PostgreSQL's text where it is not, or where that collection lacks it (lost, or
+    replaced by another owner's memory of the same id). Resumable: each chunk is recorded once its
+    vectors are written. Once a pass finds none left, the older collection is dropped."""
+    done = skipped = chunks = 0
+    after: tuple[str, str, str] | None = None
+    while max_chunks is None or chunks < max_chunks:
+        stale = await stores.keywords.keyed_before(after=after, limit=chunk)
+        if not stale:
+            await stores.vectors.drop_legacy()
+            break
+        last_tenant, last_user, last, _ = stale[-1]
+        after = (last_tenant, last_user, last.id)
+        for (tenant, user), group in itertools.groupby(stale, key=lambda item: (item[0], item[1])):
+            group = list(group)
+            hits, bad = _storable(tenant, user, [hit for _, _, hit, _ in group])
+            skipped += bad
+            current = {hit.id for _, _, hit, embedded_now in group if embedded_now}
+            copied = await stores.vectors.legacy_vectors(tenant, user, [h.id for h in hits if h.id in current])
+            written = await _write_vectors(stores, embed, tenant, user, hits, copied)
+            done += await stores.keywords.mark_keyed(tenant, user, list(written.values()))
+        chunks += 1
+    if done:
+        logger.info("moved the vectors of %d memories to keys scoped to their owners", done)
+    return VectorPass(done, skipped)
+
+
+def _storable(tenant: str, user: str, hits: list[Hit]) -> tuple[list[Hit], int]:
+    """The memories a Milvus row can hold, and how many it cannot (logged: PostgreSQL keeps them)."""
+    kept = []
+    for hit in hits:
+        why = unstorable(_vector_row(tenant, user, hit, []))
+        if why is None:
+            kept.append(hit)
+        else:
+            logger.warning("memory %.80r of %.80r/%.80r has no Milvus row: %s", hit.id, tenant, user, why)
+    return kept, len(hits) - len(kept)
+
+
+async def _write_vectors(
+    stores: Stores, embed: EmbedMany, tenant: str, user: str, hits: list[Hit], known: dict[str, Vector] | None = None
+) -> dict[str, Hit]:
+    """Write the vectors of memories PostgreSQL holds (those in `known` as given, the others
+    embedded); returns the memories as PostgreSQL holds them after the write, by id (their vectors
+    are then their texts')."""
     if not hits:
         return {}
-    vectors = await embed([h.text for h in hits])
-    rows = [_vector_row(tenant, user, h, v) for h, v in zip(hits, vectors, strict=True)]
+    known = known or {}
+    fresh = [h for h in hits if h.id not in known]
+    embedded = dict(zip([h.id for h in fresh], await embed([h.text for h in fresh]) if fresh else [], strict=True))
+    rows = [_vector_row(tenant, user, h, known[h.id] if h.id in known else embedded[h.id]) for h in hits]
     await stores.vectors.upsert(rows)
     # A delete that ran between the fetch and the upsert took the row out of PostgreSQL: take this
     # copy out of Milvus too. A rewrite of the same id meanwhile: write it again.

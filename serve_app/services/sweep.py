@@ -19,7 +19,7 @@ from typing import Protocol
 from serve_app.encoding import EmbedMany
 from serve_app.llm.client import ChatClient
 from serve_app.services.compaction import CompactionOutcome
-from serve_app.services.memories import reembed_vectors, reindex_keywords, repair_vectors
+from serve_app.services.memories import move_vectors, reembed_vectors, reindex_keywords, repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -60,6 +60,10 @@ class SweepObservers(Protocol):
 
     def reembedded(self, count: int) -> None: ...
 
+    def moved(self, count: int) -> None: ...
+
+    def unstorable(self, count: int) -> None: ...
+
 
 class NoSweepObservers:
     def memorized(self, report: MemorizeReport, lag_s: float | None) -> None:
@@ -87,6 +91,12 @@ class NoSweepObservers:
         pass
 
     def reembedded(self, count: int) -> None:
+        pass
+
+    def moved(self, count: int) -> None:
+        pass
+
+    def unstorable(self, count: int) -> None:
         pass
 
 
@@ -254,19 +264,27 @@ class MemorizerSweep:
     async def _repair(self, reloads: int) -> None:
         try:
             repaired = await repair_vectors(self.stores, self.embed)
-            self.observers.repaired(repaired)
+            self.observers.repaired(repaired.written)
+            self.observers.unstorable(repaired.unstorable)
             self.repaired_reloads = reloads
-            self.unflushed = self.unflushed or repaired > 0
+            self.unflushed = self.unflushed or repaired.written > 0
         except Exception:
             logger.exception("vector repair failed; the next sweep retries")
 
     async def _reindex(self) -> None:
-        """Memories written under an older keyword analysis or document embedding, brought to this code's."""
+        """Memories written under an older keyword analysis, Milvus key scheme or document embedding,
+        brought to this code's (the move first: it copies what it can, where a new embedding
+        cannot)."""
         try:
             self.observers.reindexed(await reindex_keywords(self.stores, self.settings))
+            moved = await move_vectors(self.stores, self.embed)
+            self.observers.moved(moved.written)
+            self.observers.unstorable(moved.unstorable)
+            self.unflushed = self.unflushed or moved.written > 0
             reembedded = await reembed_vectors(self.stores, self.embed)
-            self.observers.reembedded(reembedded)
-            self.unflushed = self.unflushed or reembedded > 0
+            self.observers.reembedded(reembedded.written)
+            self.observers.unstorable(reembedded.unstorable)
+            self.unflushed = self.unflushed or reembedded.written > 0
         except Exception:
             logger.exception("re-indexing older memories failed; the next sweep goes on from where it stopped")
             self.reindex = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from serve_app.core.ids import VECTOR_KEYS
 from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 from serve_app.encoding import DOCUMENT_EMBEDDING
@@ -72,7 +73,8 @@ class KeywordIndex:
 
     async def upsert(self, rows: Iterable[MemoryRow]) -> int:
         """Index (or re-index) memories; a retry replaces the same rows, never adds postings. The rows'
-        vectors are this code's document embedding (they are written to Milvus beside these)."""
+        vectors are this code's document embedding under this code's key scheme (they are written to
+        Milvus beside these)."""
         written = 0
         async with self.pool.acquire() as conn, conn.transaction():
             for (tenant, user), group in _by_user(rows):
@@ -82,13 +84,13 @@ class KeywordIndex:
                     """
                     INSERT INTO memory_keywords
                         (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length,
-                         analysis, context, embedding)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                         analysis, context, embedding, vector_keys)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                     ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
                         session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
                         kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
                         length = EXCLUDED.length, analysis = EXCLUDED.analysis, context = EXCLUDED.context,
-                        embedding = EXCLUDED.embedding
+                        embedding = EXCLUDED.embedding, vector_keys = EXCLUDED.vector_keys
                     """,
                     [
                         (
@@ -105,6 +107,7 @@ class KeywordIndex:
                             ANALYSIS_VERSION,
                             list(r.context),
                             DOCUMENT_EMBEDDING,
+                            VECTOR_KEYS,
                         )
                         for r in group
                     ],  # fmt: skip
@@ -195,19 +198,48 @@ class KeywordIndex:
         return [(r["tenant_id"], r["user_id"], _hit(r, None)) for r in rows]
 
     async def mark_embedded(self, tenant: str, user: str, memories: list[Hit]) -> int:
-        """Record that these memories' vectors are this code's embedding of their text: a memory whose
-        text changed meanwhile was written again, by its writer, and is left as it is."""
+        """Record that these memories' vectors are this code's embedding of their text, written under
+        this code's key scheme: a memory whose text changed meanwhile was written again, by its
+        writer, and is left as it is."""
+        return await self._mark(tenant, user, memories, "k.embedding < $3")
+
+    async def _mark(self, tenant: str, user: str, memories: list[Hit], stale: str) -> int:
+        """Stamp the memories `stale` selects (of those with the given texts) as written by this code."""
         done = await self.pool.fetchval(
-            "WITH marked AS (UPDATE memory_keywords k SET embedding = $3 FROM unnest($4::text[], $5::text[]) AS m(id, text)"
-            " WHERE k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = m.id AND k.text = m.text AND k.embedding < $3"
+            "WITH marked AS (UPDATE memory_keywords k SET embedding = $3, vector_keys = $6"
+            " FROM unnest($4::text[], $5::text[]) AS m(id, text)"
+            f" WHERE k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = m.id AND k.text = m.text AND {stale}"
             " RETURNING 1) SELECT count(*) FROM marked",
             tenant,
             user,
             DOCUMENT_EMBEDDING,
             [m.id for m in memories],
             [m.text for m in memories],
+            VECTOR_KEYS,
         )
         return int(done)
+
+    async def keyed_before(self, *, after: tuple[str, str, str] | None, limit: int) -> list[tuple[str, str, Hit, bool]]:
+        """(tenant, user, memory, embedded by this code) of memories whose vectors an older Milvus key
+        scheme holds, in (tenant, user, id) order after `after`: a pass goes on past the ones it had
+        to skip."""
+        tenant, user, memory_id = after or ("", "", "")
+        rows = await self.pool.fetch(
+            f"SELECT tenant_id, user_id, embedding, {_HIT_COLUMNS} FROM memory_keywords WHERE vector_keys < $1"
+            " AND (tenant_id, user_id, memory_id) > ($2, $3, $4) ORDER BY tenant_id, user_id, memory_id LIMIT $5",
+            VECTOR_KEYS,
+            tenant,
+            user,
+            memory_id,
+            limit,
+        )
+        return [(r["tenant_id"], r["user_id"], _hit(r, None), r["embedding"] >= DOCUMENT_EMBEDDING) for r in rows]
+
+    async def mark_keyed(self, tenant: str, user: str, memories: list[Hit]) -> int:
+        """Record that these memories' vectors are this code's embedding of their text, written under
+        this code's key scheme: one whose text changed meanwhile was written again, by its writer,
+        and is left as it is."""
+        return await self._mark(tenant, user, memories, "k.vector_keys < $6")
 
     async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
         """BM25 of one user's memories against `terms` (normalized, space-separated), best first. Each
@@ -278,8 +310,14 @@ class KeywordIndex:
         return [_hit(r) for r in rows]
 
     async def memory_ids(self, tenant: str, user: str) -> list[str]:
+        """The user's memories whose vectors are under this code's key scheme (those of an older one
+        are the move's to write, not a repair's)."""
         rows = await self.pool.fetch(
-            "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 ORDER BY memory_id", tenant, user
+            "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND vector_keys >= $3"
+            " ORDER BY memory_id",
+            tenant,
+            user,
+            VECTOR_KEYS,
         )
         return [r["memory_id"] for r in rows]
 

@@ -194,6 +194,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX memory_keywords_embedding ON memory_keywords (embedding);
         """,
     ),
+    (
+        8,
+        """
+        -- The Milvus key scheme each memory's vector was written under (core.ids.VECTOR_KEYS), so that
+        -- the vectors of an older scheme are moved to the current one from PostgreSQL's list. Rows
+        -- written before this migration, or by a replica of older code: scheme 1, keyed by the
+        -- memory id alone.
+        ALTER TABLE memory_keywords ADD COLUMN vector_keys INT NOT NULL DEFAULT 1;
+        CREATE INDEX memory_keywords_vector_keys ON memory_keywords (vector_keys);
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

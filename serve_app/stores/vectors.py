@@ -1,10 +1,15 @@
 """Long-term vector memory in Milvus: Milvus Lite or a Milvus standalone server embedded, a Milvus
 server in production.
 
-One row per user or assistant turn (id derived from tenant, session, seq, so a retry upserts),
-plus memories added directly. The keyword side of recall lives in PostgreSQL (`keyword_index`):
-Milvus Lite's BM25 walks every row of the collection in Python on each search, while the dense
-search touches only the searched partition.
+One row per user or assistant turn (id derived from tenant, user, session and text, so a retry
+upserts), plus memories added directly. A memory id is unique per owner only, so the primary key is
+`vector_key` (a digest of tenant, owner and id) and the memory id a field of its own: the collection
+of that key scheme is named by `collection_name`, and a collection of the older scheme (keyed by the
+memory id alone) is read only by the pass that moves its vectors over, then dropped.
+
+The keyword side of recall lives in PostgreSQL (`keyword_index`): Milvus Lite's BM25 walks every
+row of the collection in Python on each search, while the dense search touches only the searched
+partition.
 
 Rows go to one of `partitions` explicit partitions chosen by a hash of (tenant, user), and every
 user-scoped search names its partition: Milvus Lite does not prune by partition key and scans a
@@ -27,9 +32,10 @@ from pymilvus import AsyncMilvusClient, DataType, MilvusClient
 from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
+from serve_app.core.ids import MAX_ID_LENGTH, VECTOR_KEYS, vector_key
+from serve_app.core.records import MAX_LABEL_BYTES, MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 
-FILTER_FIELDS = frozenset({"id", "tenant_id", "user_id", "session_id", "seq", "role", "kind"})
+FILTER_FIELDS = frozenset({"pk", "id", "tenant_id", "user_id", "session_id", "seq", "role", "kind"})
 _FIELD_RE = re.compile(r"^[a-z_]+$")
 OUTPUT_FIELDS = ["id", "tenant_id", "user_id", "session_id", "seq", "role", "kind", "text", "created_at"]
 DEFAULT_PARTITIONS = 64
@@ -93,9 +99,16 @@ def partition_of(tenant: str, user: str, partitions: int) -> str:
     return f"p{int.from_bytes(digest[:4], 'big') % partitions:03d}"
 
 
+def collection_name(base: str, keys: int = VECTOR_KEYS) -> str:
+    """The collection of one key scheme: a new scheme gets a new collection, so replicas of the
+    older code keep writing to theirs during an upgrade and the move reads from it undisturbed."""
+    return base if keys == 1 else f"{base}_k{keys}"
+
+
 def milvus_record(row: MemoryRow) -> dict[str, Any]:
     """The Milvus entity of a memory (its text clipped to what the schema holds)."""
     return {
+        "pk": vector_key(row.tenant_id, row.user_id, row.id),
         "id": row.id,
         "vector": row.vector,
         "tenant_id": row.tenant_id,
@@ -109,9 +122,14 @@ def milvus_record(row: MemoryRow) -> dict[str, Any]:
     }
 
 
+def _partition_count(client: MilvusClient, name: str) -> int:
+    return len([p for p in client.list_partitions(name) if re.fullmatch(r"p\d{3}", p)])
+
+
 def ensure_collection(uri: str, name: str, dim: int, token: str = "", partitions: int = DEFAULT_PARTITIONS) -> int:
     """Create the collection, its indexes and partitions if missing, load it (Lite needs a load after
     reopen) and return its partition count: an existing collection keeps the count it was made with.
+    Every field that holds an id is as wide as the API lets an id be.
 
     Uses the sync client: Milvus Lite's async client cannot create collections.
     """
@@ -119,14 +137,15 @@ def ensure_collection(uri: str, name: str, dim: int, token: str = "", partitions
     try:
         if not client.has_collection(name):
             schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+            schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=len(vector_key("", "", "")))
+            schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-            schema.add_field("tenant_id", DataType.VARCHAR, max_length=128)
-            schema.add_field("user_id", DataType.VARCHAR, max_length=128)
-            schema.add_field("session_id", DataType.VARCHAR, max_length=128)
+            schema.add_field("tenant_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
+            schema.add_field("user_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
+            schema.add_field("session_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
             schema.add_field("seq", DataType.INT64)
-            schema.add_field("role", DataType.VARCHAR, max_length=16)
-            schema.add_field("kind", DataType.VARCHAR, max_length=16)
+            schema.add_field("role", DataType.VARCHAR, max_length=MAX_LABEL_BYTES)
+            schema.add_field("kind", DataType.VARCHAR, max_length=MAX_LABEL_BYTES)
             schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES + 64)
             schema.add_field("created_at", DataType.INT64)
             index = client.prepare_index_params()
@@ -134,20 +153,36 @@ def ensure_collection(uri: str, name: str, dim: int, token: str = "", partitions
             client.create_collection(name, schema=schema, index_params=index, consistency_level="Strong")
             for number in range(partitions):
                 client.create_partition(name, f"p{number:03d}")
-        existing = [p for p in client.list_partitions(name) if re.fullmatch(r"p\d{3}", p)]
+        existing = _partition_count(client, name)
         client.load_collection(name)
-        return len(existing)
+        return existing
+    finally:
+        client.close()
+
+
+def open_legacy(uri: str, name: str, token: str = "") -> int | None:
+    """The partition count of the collection of the older key scheme, loaded for the move to read;
+    None when there is none (a new deployment, or the move has finished)."""
+    client = MilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
+    try:
+        if not client.has_collection(name):
+            return None
+        client.load_collection(name)
+        return _partition_count(client, name)
     finally:
         client.close()
 
 
 class VectorStore:
     def __init__(self, uri: str, collection: str, dim: int, token: str = "", partitions: int = DEFAULT_PARTITIONS):
-        self.partitions = ensure_collection(uri, collection, dim, token, partitions)
-        if self.partitions < 1:
-            raise RuntimeError(f"collection {collection!r} predates partitioned storage: use another milvus_collection")
+        """`collection` is the configured name: the collections of the key schemes derive from it."""
+        self.collection = collection_name(collection)
+        self.partitions = ensure_collection(uri, self.collection, dim, token, partitions)
+        legacy = collection_name(collection, VECTOR_KEYS - 1)
+        self.legacy_partitions = open_legacy(uri, legacy, token)
+        self.legacy = legacy if self.legacy_partitions is not None else None
         self.client = AsyncMilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
-        self.collection = collection
+        self._uri, self._token = uri, token
         self.dim = dim
         # Called after this client loaded a released collection: Milvus restarted, and Milvus Lite
         # loses the writes it had acknowledged but not yet persisted (services/memories.repair_vectors).
@@ -233,8 +268,8 @@ class VectorStore:
             partitions = list(pending)
             for p in partitions:
                 await self.client.upsert(self.collection, pending[p], partition_name=p, timeout=RPC_TIMEOUT_S)
-            missing = await asyncio.gather(*(self._missing(p, [r["id"] for r in pending[p]], SESSION) for p in partitions))
-            pending = {p: [r for r in pending[p] if r["id"] in gone] for p, gone in zip(partitions, missing, strict=True) if gone}
+            missing = await asyncio.gather(*(self._missing(p, [r["pk"] for r in pending[p]], SESSION) for p in partitions))
+            pending = {p: [r for r in pending[p] if r["pk"] in gone] for p, gone in zip(partitions, missing, strict=True) if gone}
             if not pending:
                 return len(rows)
             if attempt == 2:
@@ -243,26 +278,29 @@ class VectorStore:
             await self._ensure_loaded()
         return len(rows)
 
-    async def _missing(self, partition: str, ids: list[str], consistency: str) -> set[str]:
+    async def _missing(self, partition: str, keys: list[str], consistency: str) -> set[str]:
+        """Which of these primary keys the partition does not hold."""
         found = await self._loaded(
             lambda: self.client.query(
                 self.collection,
-                filter=milvus_filter(id=ids),
-                output_fields=["id"],
+                filter=milvus_filter(pk=keys),
+                output_fields=["pk"],
                 partition_names=[partition],
                 consistency_level=consistency,
                 timeout=RPC_TIMEOUT_S,
             )
         )
-        return set(ids) - {str(r["id"]) for r in found}
+        return set(keys) - {str(r["pk"]) for r in found}
 
     async def missing(self, tenant: str, user: str, ids: list[str], chunk: int = 1000) -> set[str]:
-        """Which of the user's memory ids Milvus does not hold."""
+        """Which of the user's memory ids Milvus does not hold (as the user's: by their scoped keys)."""
         partition = self.partition(tenant, user)
+        keys = {vector_key(tenant, user, memory_id): memory_id for memory_id in ids}
+        wanted = list(keys)
         gone: set[str] = set()
-        for start in range(0, len(ids), chunk):
-            gone |= await self._missing(partition, ids[start : start + chunk], FRESH)
-        return gone
+        for start in range(0, len(wanted), chunk):
+            gone |= await self._missing(partition, wanted[start : start + chunk], FRESH)
+        return {keys[key] for key in gone}
 
     async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
         return await self._loaded(
@@ -289,26 +327,29 @@ class VectorStore:
         sends almost nothing (the winners' details come from the keyword index afterwards)."""
         if limit <= 0:
             return []
-        result = await self._search(tenant, user, vector, limit, ["created_at"])
-        return [
-            (str(hit["id"]), float(hit.get("distance", hit.get("score", 0.0))), int(hit.get("entity", hit)["created_at"]))
-            for hit in (result[0] if result else [])
-        ]
+        result = await self._search(tenant, user, vector, limit, ["id", "created_at"])
+        found = []
+        for hit in result[0] if result else []:
+            entity = hit.get("entity", hit)
+            found.append((str(entity["id"]), float(hit.get("distance", hit.get("score", 0.0))), int(entity["created_at"])))
+        return found
 
     async def fetch(self, tenant: str, user: str, ids: list[str]) -> list[Hit]:
-        """Memories by id (score 0), restricted to the tenant and user."""
+        """Memories by id (score 0), the user's own: by their scoped keys."""
         if not ids:
             return []
+        keys = [vector_key(tenant, user, memory_id) for memory_id in ids]
         rows = await self._loaded(
             lambda: self.client.query(
                 self.collection,
-                filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids),
+                filter=milvus_filter(pk=keys),
                 output_fields=OUTPUT_FIELDS,
+                partition_names=[self.partition(tenant, user)],
                 consistency_level=SESSION,
                 timeout=RPC_TIMEOUT_S,
             )
         )
-        return self._hits([[{"id": r["id"], "distance": 0.0, "entity": r} for r in rows]])
+        return self._hits([[{"distance": 0.0, "entity": r} for r in rows]])
 
     @staticmethod
     def _hits(result: Any) -> list[Hit]:
@@ -317,7 +358,7 @@ class VectorStore:
             entity = hit.get("entity", hit)
             hits.append(
                 Hit(
-                    id=str(hit.get("id", entity.get("id"))),
+                    id=str(entity["id"]),
                     text=entity["text"],
                     score=float(hit.get("distance", hit.get("score", 0.0))),
                     session_id=entity["session_id"],
@@ -382,3 +423,52 @@ class VectorStore:
         if isinstance(result, list):  # Milvus Lite answers with the deleted primary keys
             return len(result)
         return int(getattr(result, "delete_count", 0) or 0)
+
+    async def legacy_vectors(self, tenant: str, user: str, ids: list[str]) -> dict[str, list[float]]:
+        """The vectors the collection of the older key scheme holds for these memories of the user, by
+        memory id. A row of that scheme with another owner's tenant or user took this memory's key:
+        it is not this memory's vector, and is not returned."""
+        if self.legacy is None or not ids:
+            return {}
+        partitions = [partition_of(tenant, user, self.legacy_partitions)] if self.legacy_partitions else None
+        legacy = self.legacy
+
+        def read() -> Awaitable[Any]:
+            return self.client.query(
+                legacy,
+                filter=milvus_filter(tenant_id=tenant, user_id=user, id=ids),
+                output_fields=["id", "vector"],
+                partition_names=partitions,
+                consistency_level=FRESH,
+                timeout=RPC_TIMEOUT_S,
+            )
+
+        try:
+            rows = await read()
+        except MilvusException as exc:
+            if not await self.client.has_collection(legacy, timeout=RPC_TIMEOUT_S):
+                # Another replica's move finished and dropped it: what is left is embedded anew.
+                self.legacy = None
+                return {}
+            if not _is_released(exc):
+                raise
+            await self.client.load_collection(legacy, timeout=RPC_TIMEOUT_S)
+            rows = await read()
+        return {str(r["id"]): [float(x) for x in r["vector"]] for r in rows}
+
+    async def drop_legacy(self) -> None:
+        """Drop the collection of the older key scheme, once every memory's vector is in this one."""
+        if self.legacy is None:
+            return
+        legacy, self.legacy = self.legacy, None
+        await asyncio.to_thread(_drop_collection, self._uri, self._token, legacy)
+        logger.info("dropped Milvus collection %s: every vector is keyed by its owner now", legacy)
+
+
+def _drop_collection(uri: str, token: str, name: str) -> None:
+    client = MilvusClient(uri=uri, token=token, grpc_options=GRPC_OPTIONS)
+    try:
+        if client.has_collection(name):  # another replica's move may have dropped it already
+            client.drop_collection(name)
+    finally:
+        client.close()

@@ -62,7 +62,7 @@ async def _read(env, encoder):
         # Stand in for the acknowledged writes Milvus Lite may lose in a crash: without these gone the
         # repair would have nothing to prove.
         await stores.vectors.delete(tenant_id="t", user_id="u", id=[f"r{i}" for i in range(0, 50, 10)])
-        repaired = await repair_vectors(stores, encoder.encode_documents_async)
+        repaired = (await repair_vectors(stores, encoder.encode_documents_async)).written
         ids = [f"r{i}" for i in range(50)]
         missing = await stores.vectors.missing("t", "u", ids)
         top = await stores.vectors.search_dense("t", "u", (await encoder.encode_async([TEXTS[20]]))[0], limit=1)

@@ -53,12 +53,12 @@ async def test_older_vectors_are_embedded_again_once(world, encoder, embed):
     (current,) = await embed([note])
     await save_memories(stores, [MemoryRow(f"{user}-new", "t", user, "s2", 1, "user", "turn", note, 1_700_000_100_000, current)])
 
-    assert await reembed_vectors(stores, embed, chunk=2, max_chunks=1) == 2  # one chunk, then stop: resumable
+    assert (await reembed_vectors(stores, embed, chunk=2, max_chunks=1)).written == 2  # one chunk, then stop: resumable
     marked = await stamps(stores, user)
     assert sorted(v for k, v in marked.items() if k != f"{user}-new") == [1, 1, DOCUMENT_EMBEDDING, DOCUMENT_EMBEDDING]
-    assert await reembed_vectors(stores, embed, chunk=2) == 2  # the rest
+    assert (await reembed_vectors(stores, embed, chunk=2)).written == 2  # the rest
     assert set((await stamps(stores, user)).values()) == {DOCUMENT_EMBEDDING}
-    assert await reembed_vectors(stores, embed) == 0  # nothing left
+    assert (await reembed_vectors(stores, embed)).written == 0  # nothing left
 
     await stores.vectors.flush()
     # The stored vectors are the document embedding's, chunk by chunk as the pass embedded them

@@ -48,7 +48,7 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine:
         ]
         await save_memories(stores, rows)
         reloads = await stores.milvus_reloads()
-        assert await repair_vectors(stores, encoder.encode_documents_async) == 0  # nothing to do
+        assert (await repair_vectors(stores, encoder.encode_documents_async)).written == 0  # nothing to do
 
         # Milvus loses some rows: taken out of Milvus only, as a crash would.
         await stores.vectors.delete(tenant_id="t", id=["m3", "m7", "m25"])
@@ -56,7 +56,7 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine:
         # One of the lost memories is deleted by its user before the repair runs.
         await delete_memories(stores, "t", memory_id="m7")
 
-        assert await repair_vectors(stores, encoder.encode_documents_async) == 2
+        assert (await repair_vectors(stores, encoder.encode_documents_async)).written == 2
         assert await stores.vectors.missing("t", "a", [f"m{i}" for i in range(20) if i != 7]) == set()
         assert await stores.vectors.missing("t", "b", ["m25"]) == set()
         assert [h.id for h in await stores.vectors.fetch("t", "a", ["m7"])] == []
@@ -89,7 +89,7 @@ def test_repair_keeps_text_and_origin(tmp_path, encoder: SentenceEncoder):
                 row.vector = encoder.encode([row.text])[0]
                 await save_memories(stores, [row])
                 await stores.vectors.delete(tenant_id="t", id="x1")
-                assert await repair_vectors(stores, encoder.encode_documents_async) == 1
+                assert (await repair_vectors(stores, encoder.encode_documents_async)).written == 1
                 (hit,) = await stores.vectors.fetch("t", "u", ["x1"])
                 assert (hit.text, hit.session_id, hit.seq, hit.role, hit.kind, hit.created_at_ms) == (
                     row.text,

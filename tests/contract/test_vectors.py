@@ -5,7 +5,7 @@ import uuid
 import numpy as np
 import pytest
 
-from serve_app.core.ids import turn_memory_id
+from serve_app.core.ids import MAX_ID_LENGTH, turn_memory_id
 from serve_app.core.records import MemoryRow
 from serve_app.stores.vectors import MAX_RESULT_WINDOW, VectorStore, milvus_filter, partition_of
 
@@ -115,3 +115,44 @@ async def test_a_deleted_memory_is_gone_from_the_next_read(vectors, milvus_uri, 
 async def test_the_last_page_inside_the_result_window_is_served(vectors):
     """The API refuses a page past MAX_RESULT_WINDOW; the last page inside it lists (empty) on both engines."""
     assert await vectors.list("t", "nobody", limit=84, offset=MAX_RESULT_WINDOW - 84) == []
+
+
+def _partition_mates(partitions: int = 64) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
+    """(tenant, user) of three owners whose rows share one partition: two tenants, and a second user
+    of the first tenant."""
+    wanted = partition_of("ta", "owner", partitions)
+    other = next(f"u{i}" for i in range(10_000) if partition_of("tb", f"u{i}", partitions) == wanted)
+    mate = next(f"v{i}" for i in range(10_000) if partition_of("ta", f"v{i}", partitions) == wanted)
+    return ("ta", "owner"), ("tb", other), ("ta", mate)
+
+
+async def test_one_memory_id_of_owners_in_one_partition_is_one_memory_each(vectors):
+    """A memory id is the owner's own: another tenant's, or another user's, "note-1" in the same
+    partition is another memory, and each owner's repair check sees only its own."""
+    owners = _partition_mates(vectors.partitions)
+    rows = [
+        MemoryRow("note-1", tenant, user, "", 0, "memory", "memory", f"note of {user}", 1, _vec(100 + n))
+        for n, (tenant, user) in enumerate(owners)
+    ]
+    (tenant_b, user_b), (tenant_a, user_a) = owners[1], owners[0]
+    await vectors.upsert([rows[1]])
+    assert await vectors.missing(tenant_a, user_a, ["note-1"]) == {"note-1"}  # B's row is not A's
+    await vectors.upsert([rows[0], rows[2]])
+    for n, (tenant, user) in enumerate(owners):
+        assert [h.text for h in await vectors.fetch(tenant, user, ["note-1"])] == [f"note of {user}"]
+        top = await vectors.search_dense_ids(tenant, user, _vec(100 + n), limit=5)
+        assert [(i, round(s, 3)) for i, s, _ in top] == [("note-1", 1.0)]
+        assert await vectors.missing(tenant, user, ["note-1"]) == set()
+    assert await vectors.delete(tenant_id=tenant_b, user_id=user_b, id="note-1") == 1
+    assert await vectors.missing(tenant_b, user_b, ["note-1"]) == {"note-1"}
+    assert await vectors.missing(tenant_a, user_a, ["note-1"]) == set()
+
+
+async def test_ids_as_long_as_the_api_accepts_are_stored(vectors):
+    longest = MAX_ID_LENGTH
+    tenant, user, session, memory = ("t" * longest, "u" * longest, "s" * longest, "m" * longest)
+    row = MemoryRow(memory, tenant, user, session, 1, "user", "turn", "a long-named memory", 5, _vec(77))
+    await vectors.upsert([row])
+    assert [h.id for h in await vectors.fetch(tenant, user, [memory])] == [memory]
+    assert [i for i, _, _ in await vectors.search_dense_ids(tenant, user, _vec(77), limit=1)] == [memory]
+    assert [r["id"] for r in await vectors.list(tenant, user, limit=5)] == [memory]

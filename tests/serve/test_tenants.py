@@ -13,6 +13,9 @@ import pytest
 from bench.probes import HOSTILE_IDS as HOSTILE
 from bench.probes import endpoints as _endpoints
 from bench.probes import tenant_endpoints
+from serve_app.core.ids import MAX_ID_LENGTH
+from serve_app.settings import Settings
+from serve_app.stores.vectors import partition_of
 
 from .conftest import KEY_B, KEY_SLOW, KEY_SMALL, wait_memorized
 
@@ -68,6 +71,31 @@ def test_another_tenant_can_neither_read_nor_change_anything(client, tenant_b):
     assert [h["text"] for h in client.post(f"/v1/users/{user}/memories/search", json={"query": "launch code"}).json()][:1] == [
         secret
     ]
+
+
+def test_one_memory_id_in_two_tenants_is_two_memories(client, tenant_b):
+    """Memory ids are each user's own, also for users whose memories share a Milvus partition; and an
+    id as long as the API accepts is stored, found and deleted like any other."""
+    user = _sid("user")
+    partitions = Settings().milvus_partitions
+    shared = partition_of("local", user, partitions)
+    other = next(u for u in (f"{user}-{i}" for i in range(10_000)) if partition_of("tenant-b", u, partitions) == shared)
+    longest = "n" * MAX_ID_LENGTH
+    for c, who, memory_id, text in (
+        (tenant_b, other, "note-1", "Tenant B's note: the boiler is serviced in May."),
+        (client, user, "note-1", "Local note: the spare key is under the blue pot."),
+        (client, user, longest, "Local note with the longest id: flights leave from gate 12."),
+    ):
+        c.post(f"/v1/users/{who}/memories", json={"id": memory_id, "text": text}).raise_for_status()
+    for c, who, query, memory_id in (
+        (tenant_b, other, "when is the boiler serviced?", "note-1"),
+        (client, user, "where is the spare key?", "note-1"),
+        (client, user, "which gate do flights leave from?", longest),
+    ):
+        hits = c.post(f"/v1/users/{who}/memories/search", json={"query": query, "top_k": 1}).raise_for_status().json()
+        assert [h["id"] for h in hits] == [memory_id], (who, query, hits)
+    assert client.delete(f"/v1/users/{user}/memories/{longest}").status_code == 200
+    assert "boiler" in tenant_b.get(f"/v1/users/{other}/memories").json()[0]["text"]
 
 
 def test_hostile_ids_are_refused_with_4xx_everywhere(client):

@@ -13,7 +13,7 @@ from pymilvus import MilvusClient
 
 from serve_app.settings import Settings
 from serve_app.stores.bundle import MILVUS_RELOADS_KEY
-from serve_app.stores.vectors import GRPC_OPTIONS
+from serve_app.stores.vectors import GRPC_OPTIONS, collection_name
 
 
 def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):
@@ -23,7 +23,7 @@ def test_the_memorizer_repairs_vectors_milvus_lost(client, backends):
 
     milvus = MilvusClient(uri=backends.env["MILVUS_URI"], grpc_options=GRPC_OPTIONS)
     try:
-        collection, lost = Settings().milvus_collection, f'id in ["{ids[0]}", "{ids[2]}"]'
+        collection, lost = collection_name(Settings().milvus_collection), f'id in ["{ids[0]}", "{ids[2]}"]'
         milvus.delete(collection, filter=lost)
         # A Strong read waits for the time tick that applies the delete (a Milvus server's replicas
         # then see it too); Milvus Lite answers it at once.

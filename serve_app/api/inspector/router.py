@@ -18,7 +18,7 @@ from fastapi.templating import Jinja2Templates
 
 from serve_app.api.inspector.api_client import ApiError, InspectorApi
 from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, omitted_seqs
-from serve_app.core.ids import ID_PATTERN
+from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.core.inspector_auth import COOKIE, CSRF_FIELD, InspectorSession
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memories import MAX_RESULT_WINDOW
@@ -196,7 +196,7 @@ def _safe_next(target: str) -> str:
 
 
 @router.get("", response_class=HTMLResponse)
-async def home(request: Request, after: str = Query("", max_length=128)) -> Response:
+async def home(request: Request, after: str = Query("", max_length=MAX_ID_LENGTH)) -> Response:
     async def build(api: InspectorApi) -> dict[str, Any]:
         return {"users": await api.get("/v1/users", after=after or None, limit=50), "stats": await api.get("/v1/stats")}
 
@@ -331,7 +331,7 @@ def _invalid_fields(fields: dict[str, str]) -> str | None:
     """Each id of an action names one thing: an empty or malformed one would make another API path."""
     for name, value in fields.items():
         if not re.fullmatch(ID_PATTERN, value):
-            return f"{name} must be an id (letters, digits and . _ @ -, at most 128 characters), not {value!r}"
+            return f"{name} must be an id (letters, digits and . _ @ -, at most {MAX_ID_LENGTH} characters), not {value!r}"
     return None
 
 
