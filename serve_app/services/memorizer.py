@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 
 from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
@@ -43,6 +44,16 @@ def _said(turn: dict) -> bool:
 def _origin(turn: dict) -> tuple[int, int]:
     """Where and when a memory of the turn comes from: its seq and its instant."""
     return turn["seq"], iso_to_ms(turn.get("created_at"))
+
+
+class Presence(Enum):
+    """What became of a session while work read from it ran."""
+
+    HERE = "here"
+    DELETED = "deleted"
+    REMADE = "remade"
+    """Deleted and made again under the same id: another session."""
+    FORGOTTEN = "forgotten"
 
 
 @dataclass
@@ -135,7 +146,8 @@ class SessionMemorizer:
             await renew()
             meta = await self.log.meta(tenant, session)
             if meta is not None and await self.log.forgotten(tenant, meta.user_id, meta.created_at_ms):
-                await self._erase(tenant, session, meta.user_id)  # a session of a forgotten user that slipped through
+                # A forgotten user's session that slipped through.
+                await self._erase(tenant, session, meta.user_id, Presence.FORGOTTEN, [])
                 meta = None
             if meta is None:
                 await self.log.advance_cursor(tenant, session, 0, done=True)  # drops it from both lanes
@@ -143,10 +155,12 @@ class SessionMemorizer:
                 return report
             turns = await self.log.read(tenant, session, after=meta.memorized_upto_seq, limit=batch)
             if turns:
-                report.embedded += await self._embed_turns(tenant, session, meta.user_id, turns)
-                if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
-                    # Deleted or forgotten while we embedded: remove what we just wrote.
-                    await self._erase(tenant, session, meta.user_id)
+                written = await self._embed_turns(tenant, session, meta.user_id, turns)
+                report.embedded += len(written)
+                presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
+                if presence is not Presence.HERE:
+                    # Deleted, made again or forgotten while we embedded: remove what we just wrote.
+                    await self._erase(tenant, session, meta.user_id, presence, written)
                     report.cursor = -1
                     return report
             done = len(turns) < batch
@@ -183,8 +197,9 @@ class SessionMemorizer:
             return report
         if self.extracts:
             await self._extract(tenant, session, meta.user_id, meta.created_at_ms, meta.extracted_upto_seq, report, renew)
-            if await self._gone(tenant, session, meta.user_id, meta.created_at_ms):
-                await self._erase(tenant, session, meta.user_id)
+            presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
+            if presence is not Presence.HERE:
+                await self._erase(tenant, session, meta.user_id, presence, [])
                 report.cursor = -1
                 return report
         try:
@@ -196,16 +211,31 @@ class SessionMemorizer:
             report.cursor = -1
         return report
 
-    async def _gone(self, tenant: str, session: str, user: str, created_at_ms: int) -> bool:
-        return await self.log.meta(tenant, session) is None or await self.log.forgotten(tenant, user, created_at_ms)
+    async def _presence(self, tenant: str, session: str, user: str, created_at_ms: int) -> Presence:
+        """Whether the session the work was read from is still there. By its creation time, not its
+        id alone: a session deleted and made again under the same id is another session."""
+        meta = await self.log.meta(tenant, session)
+        if meta is None:
+            return Presence.DELETED
+        if meta.created_at_ms != created_at_ms or meta.user_id != user:
+            return Presence.REMADE
+        if await self.log.forgotten(tenant, user, created_at_ms):
+            return Presence.FORGOTTEN
+        return Presence.HERE
 
-    async def _erase(self, tenant: str, session: str, user: str) -> None:
-        """The session and its user's memories of it (another user's memories under a reused id stay)."""
+    async def _erase(self, tenant: str, session: str, user: str, presence: Presence, written: list[str]) -> None:
+        """What the work wrote for a session that is gone. A session made again keeps its log and
+        memories: only the memories just written from the old log go. Otherwise the session and its
+        user's memories of it (another user's memories under a reused id stay)."""
+        if presence is Presence.REMADE:
+            for memory_id in written:
+                await delete_memories(self.stores, tenant, user=user, session=session, memory_id=memory_id)
+            return
         await self.log.delete(tenant, session)
         await delete_memories(self.stores, tenant, user=user, session=session)
 
-    async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> int:
-        """Write the said turns as memories; returns how many were written.
+    async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> list[str]:
+        """Write the said turns as memories; returns the ids written.
 
         A turn whose memory exists from another sighting (the same words resent after the log
         expired, or said twice) keeps that first memory and its date; the same turn again (a retried
@@ -220,7 +250,7 @@ class SessionMemorizer:
                 continue
             items[memory_id] = turn
         if not items:
-            return 0
+            return []
         vectors = await self.embed([t["content"] for t in items.values()])
         context = await self._turns_before(tenant, session, turns[0]["seq"])
         wanted = self.settings.recall_keyword_context_turns
@@ -247,7 +277,7 @@ class SessionMemorizer:
                 )
             context.append(turn)
         await save_memories(self.stores, rows)
-        return len(rows)
+        return list(items)
 
     async def _turns_before(self, tenant: str, session: str, seq: int) -> list[dict]:
         """The said turns just before `seq` that index a memory's keywords with their context."""
@@ -302,8 +332,8 @@ class SessionMemorizer:
                     )
                     facts, rejected = [], 1
                 report.extraction_rejects += rejected
-                if await self._gone(tenant, session, user, created_at_ms):
-                    return  # deleted or forgotten while the model thought: write nothing
+                if await self._presence(tenant, session, user, created_at_ms) is not Presence.HERE:
+                    return  # deleted, made again or forgotten while the model thought: write nothing
                 seqs = [t["seq"] for t in said]
                 for fact in facts:
                     _, changed = await self.facts.put(

@@ -87,3 +87,27 @@ async def test_turns_resent_after_expiry_are_not_memorized_twice(short_lived, em
     after = {r["id"]: r for r in await stores.vectors.list(TENANT, user, limit=100)}
     assert after.keys() == first.keys()
     assert [r["created_at"] for r in after.values()] == [r["created_at"] for r in first.values()]  # first sighting kept
+
+
+async def test_a_session_deleted_and_made_again_while_memorized_keeps_none_of_the_old_log(short_lived, embed):
+    """A delete's sweep runs while the memorizer embeds the old log; the same id is made again before
+    the memorizer looks: the old log's memories go, the new session and its log stay."""
+    stores, settings = short_lived
+    session, user = "again-" + uuid.uuid4().hex[:6], "dora-" + uuid.uuid4().hex[:6]
+    old, new = "My old locker code is 1234.", "The new session's first words."
+    remade = asyncio.Event()
+
+    async def embed_then_remake(texts: list[str]):
+        vectors = await embed(texts)
+        if not remade.is_set() and old in texts:
+            remade.set()
+            await stores.log.delete(TENANT, session)  # the delete's sweep: the log and its memories
+            await asyncio.sleep(0.01)  # a new created_at
+            await stores.log.append(TENANT, session, user, [{"role": "user", "content": new}])
+        return vectors
+
+    await stores.log.append(TENANT, session, user, [{"role": "user", "content": old}])
+    await SessionMemorizer(stores, embed_then_remake, settings).memorize(TENANT, session)
+    assert remade.is_set()
+    assert old not in await _texts(stores, user)  # the old log's memory was not left behind
+    assert [t["content"] for t in await stores.log.read(TENANT, session)] == [new]  # the new session stays
