@@ -9,9 +9,11 @@ from fastapi import FastAPI
 
 from serve_app.api.body_limit import BodySizeLimit
 from serve_app.api.error_responses import install_error_handlers
+from serve_app.api.host_guard import HostGuard
 from serve_app.api.inspector.router import router as inspector_router
 from serve_app.api.mcp_tools import build_mcp, mcp_routes
 from serve_app.api.routers import chat, context, health, memories, operations, sessions, users
+from serve_app.core.hosts import HostPolicy
 from serve_app.services.dependencies import Dependencies
 
 ROUTERS = (
@@ -47,6 +49,8 @@ def create_http_app(deps: Dependencies) -> FastAPI:
     app.state.dependencies = deps
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes)
+    if not deps.keyring.enabled:  # outermost: a refused host's request is not even read
+        app.add_middleware(HostGuard, policy=HostPolicy(deps.settings.allowed_hosts))
     for router in ROUTERS:
         app.include_router(router)
     app.router.routes.extend(mcp_endpoint)

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from serve_app import schemas
 from serve_app.api.error_responses import as_service_error, error_response
 from serve_app.core.auth import Caller
+from serve_app.core.hosts import HostPolicy
 from serve_app.core.ids import ID_PATTERN
 from serve_app.errors import ServiceError, Unauthorized
 from serve_app.services import memories, sessions, users
@@ -117,14 +118,25 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     return mcp
 
 
+def transport_security(deps: Dependencies) -> TransportSecuritySettings:
+    """With keys off, the SDK's own Host and Origin check, on the names the app's HostGuard admits (a
+    second line should the tools ever be mounted without it). With keys on it stays off: the service
+    sits behind its own proxy, under names it cannot know, and every call carries its key."""
+    if deps.keyring.enabled:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    policy = HostPolicy(deps.settings.allowed_hosts)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
+    )
+
+
 def mcp_routes(mcp: MCPServer, deps: Dependencies) -> list[Route]:
-    """`/mcp` itself (no redirect to `/mcp/`), JSON answers, no session: replicas share nothing.
-    The Host check is off: the service sits behind its own proxy and authenticates every call."""
+    """`/mcp` itself (no redirect to `/mcp/`), JSON answers, no session: replicas share nothing."""
     app = mcp.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        transport_security=transport_security(deps),
     )
     routes = []
     for route in app.routes:
