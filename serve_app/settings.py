@@ -251,7 +251,12 @@ class Settings(BaseSettings):
 
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""
+        from serve_app.core.redaction import mask_password
+
         data = self.model_dump()
+        for name, value in data.items():  # every URL or DSN, whatever its setting: deployments put passwords there
+            if isinstance(value, str):
+                data[name] = mask_password(value)
         data["milvus_token"] = "***" if self.milvus_token else ""
         data["llm_api_key"] = "***" if self.llm_api_key else ""
         return data
