@@ -18,7 +18,7 @@ KEY = "key-hosts-0123456789"
 
 def _plant(session: str) -> dict:
     """An MCP tools/call that appends one turn (stateless MCP: no initialize needed)."""
-    arguments = {"session_id": session, "append": {"user_id": "victim", "messages": [{"role": "user", "content": "planted"}]}}
+    arguments = {"session_id": session, "user_id": "victim", "messages": [{"role": "user", "content": "planted"}]}
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "append_messages", "arguments": arguments}}
 
 
