@@ -47,8 +47,9 @@ class _CountedBody:
 class BodySizeLimit:
     """Oversize bodies are refused with 413, and nothing of them reaches a route.
 
-    A declared Content-Length is trusted as the bound: the HTTP server in front (Serve's proxy)
-    delivers exactly that many bytes, so such requests pass with no wrapper at all. A plain ASGI
+    A declared Content-Length is trusted as the bound: the HTTP server that parsed the request
+    (uvicorn, in the replica or in Serve's proxy) frames the body by it and never delivers more, so
+    such requests pass with no wrapper at all. A plain ASGI
     middleware: Starlette's `@app.middleware("http")` wraps every response in a stream, a cost on
     every request. Serve logs each request itself, so this one only guards."""
 
