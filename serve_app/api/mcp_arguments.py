@@ -45,7 +45,7 @@ def flattened(parameter: str, model: type[BaseModel]) -> Callable[[Tool], Tool]:
 
         flat.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         flat.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": signature.return_annotation}
-        del flat.__wrapped__  # type: ignore[attr-defined]
+        del flat.__wrapped__  # type: ignore[attr-defined]  # nothing may unwrap back to the nested signature
         return flat
 
     return flatten
