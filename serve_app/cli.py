@@ -54,7 +54,7 @@ def up(
     ),
 ) -> None:
     """Start the backends and the Serve app; stop everything on Ctrl-C or SIGTERM."""
-    from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
+    from serve_app.deploy.local_ray import ray_temp_dir, start_serving
     from serve_app.deploy.serve_config import ConfigError, load_serve_config
 
     started = time.monotonic()
@@ -107,13 +107,16 @@ def up(
         # Every Ingress replica signs and checks inspector cookies with the same secret: one kept
         # in the data dir, so a restart keeps the sessions signed in.
         os.environ.setdefault("MEMSERVE_UI_SECRET", _ui_secret(data_dir))
-        start_ray(ray_temp_dir(data_dir), metrics_port=metrics_port or None)
-        # Again after ray.init, which sets its own SIGTERM handler that would skip our cleanup;
-        # before the deploy, so a signal while it deploys also stops everything cleanly.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _stop_handler(stop))
-        _say(f"deploying {config.name} (the replicas start and load the model)…")
-        deploy_config(serve_config)
+
+        def on_ray_started() -> None:
+            # Again after each ray.init, which sets its own SIGTERM handler that would skip our
+            # cleanup; before the deploy, so a signal while it deploys also stops everything cleanly.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, _stop_handler(stop))
+            _say(f"deploying {config.name} (the replicas start and load the model)…")
+
+        # A side port of HAProxy taken by another process meanwhile costs another start of Ray, not this one.
+        start_serving(ray_temp_dir(data_dir), serve_config, metrics_port=metrics_port or None, after_ray_init=on_ray_started)
         http = serve_config.http_options
         _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
         _say(f"inspector http://{http.host}:{http.port}/ui")

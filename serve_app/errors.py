@@ -88,6 +88,34 @@ class CsrfRejected(ServiceError):
         )
 
 
+class HostNotAllowed(ServiceError):
+    """With API keys off, a request addressed to a name other than loopback or `allowed_hosts`."""
+
+    status_code = 421
+
+    def __init__(self, host: str | None):
+        named = f"host {host!r}" if host else "a request without a Host header"
+        super().__init__(
+            f"{named} is not served with API keys off: only loopback names and allowed_hosts are, so a page whose "
+            "name resolves to this machine (DNS rebinding) cannot use it. Add the name to allowed_hosts "
+            "(MEMSERVE_ALLOWED_HOSTS) or turn API keys on.",
+            code="host_not_allowed",
+        )
+
+
+class OriginNotAllowed(ServiceError):
+    """With API keys off, a call from a page of another site (a browser sends its Origin)."""
+
+    status_code = 403
+
+    def __init__(self, origin: str):
+        super().__init__(
+            f"origin {origin!r} is not allowed with API keys off: pages of other sites cannot call this service. "
+            "Add its host name to allowed_hosts (MEMSERVE_ALLOWED_HOSTS) or turn API keys on.",
+            code="origin_not_allowed",
+        )
+
+
 class NotFound(ServiceError, LookupError):
     status_code = 404
 

@@ -16,7 +16,11 @@ from serve_app.core.records import FactCategory
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_MESSAGES_PER_REQUEST = 100
 Role = Literal["system", "user", "assistant", "tool"]
-Id = Field(pattern=ID_PATTERN, min_length=1, max_length=MAX_ID_LENGTH)
+
+
+def _id(description: str) -> Any:
+    """An id field (it ends up in store keys and filters: bounded, `ID_PATTERN`) that says what it names."""
+    return Field(pattern=ID_PATTERN, min_length=1, max_length=MAX_ID_LENGTH, description=description)
 
 
 MAX_SEQ = 2**63 - 1  # seqs are BIGINT in PostgreSQL
@@ -104,8 +108,8 @@ def _depth(value: Any, level: int = 0) -> int:
 
 
 class ToolFunction(Strict):
-    name: StorableText = Field(min_length=1, max_length=256)
-    arguments: StorableText | dict[str, Any] = "{}"
+    name: StorableText = Field(min_length=1, max_length=256, description="Name of the function the model called.")
+    arguments: StorableText | dict[str, Any] = Field("{}", description="Its arguments: a JSON object, or its text.")
 
     @field_validator("arguments")
     @classmethod
@@ -118,19 +122,19 @@ class ToolFunction(Strict):
 
 
 class ToolCall(Strict):
-    id: StorableText | None = Field(None, max_length=128)
-    type: Literal["function"] = "function"
-    function: ToolFunction
+    id: StorableText | None = Field(None, max_length=128, description="Id the tool's result answers (its tool_call_id).")
+    type: Literal["function"] = Field("function", description="Always function.")
+    function: ToolFunction = Field(description="The function called and its arguments.")
 
 
 class MessageIn(Strict):
-    role: Role
-    content: BoundedText = ""
+    role: Role = Field(description="Who spoke: user, assistant, tool (a tool's result) or system.")
+    content: BoundedText = Field("", description="The text of the turn (at most 64 KiB).")
     id: str | None = Field(None, pattern=ID_PATTERN, description="Client message id: a retry with the same id is stored once.")
     created_at: Instant | None = Field(None, description="When the turn happened (naive = UTC); defaults to now.")
-    name: StorableText | None = Field(None, max_length=128)
-    tool_call_id: StorableText | None = Field(None, max_length=128)
-    tool_calls: list[ToolCall] | None = Field(None, max_length=32)
+    name: StorableText | None = Field(None, max_length=128, description="Name of the speaker or the tool.")
+    tool_call_id: StorableText | None = Field(None, max_length=128, description="A tool message: the call it answers.")
+    tool_calls: list[ToolCall] | None = Field(None, max_length=32, description="An assistant message: the tools it called.")
 
     @model_validator(mode="after")
     def _tool_fields(self) -> MessageIn:
@@ -152,8 +156,10 @@ class MessageIn(Strict):
 
 
 class AppendRequest(Strict):
-    user_id: str = Id
-    messages: list[MessageIn] = Field(min_length=1, max_length=MAX_MESSAGES_PER_REQUEST)
+    user_id: str = _id("User the session belongs to.")
+    messages: list[MessageIn] = Field(
+        min_length=1, max_length=MAX_MESSAGES_PER_REQUEST, description="The new turns, oldest first."
+    )
 
 
 class AppendResponse(BaseModel):
@@ -195,26 +201,34 @@ class MessagesPage(BaseModel):
 
 
 class ToolResultIn(Strict):
-    name: StorableText = Field("tool", max_length=128)
-    content: BoundedText
+    name: StorableText = Field("tool", max_length=128, description="The tool that produced it.")
+    content: BoundedText = Field(description="The result's text (at most 64 KiB).")
 
 
 class ContextRequestIn(Strict):
-    user_id: str = Id
-    session_id: str = Id
+    user_id: str = _id("User whose memories and facts are recalled.")
+    session_id: str = _id("Session whose summary and recent turns go in.")
     query: StorableText = Field("", max_length=8192, description="Drives recall; not stored.")
-    system_prompt: StorableText | None = Field(None, max_length=65536)
-    tool_results: list[ToolResultIn] = Field(default_factory=list, max_length=32)
-    max_tokens: int | None = Field(None, ge=256, le=1_048_576)
-    reserve_output: int | None = Field(None, ge=0, le=1_048_576)
-    shares: BudgetShares | None = None
+    system_prompt: StorableText | None = Field(None, max_length=65536, description="Goes first, always whole.")
+    tool_results: list[ToolResultIn] = Field(
+        default_factory=list, max_length=32, description="Results of tool calls to put in the prompt (not stored)."
+    )
+    max_tokens: int | None = Field(
+        None, ge=256, le=1_048_576, description="The model's window for this call (default default_max_tokens)."
+    )
+    reserve_output: int | None = Field(
+        None, ge=0, le=1_048_576, description="Tokens kept free for the answer (default: the output share)."
+    )
+    shares: BudgetShares | None = Field(None, description="Each section's share of max_tokens (default: the service's).")
     top_k: int | None = Field(
         None,
         ge=0,
         le=100,
         description="The most memories this prompt takes (default recall_top_k); below it the floors and the room decide.",
     )
-    min_score: float | None = Field(None, ge=-1, le=1)
+    min_score: float | None = Field(
+        None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."
+    )
     min_probability: float | None = Field(
         None,
         ge=0,
@@ -300,10 +314,10 @@ class UserSessions(BaseModel):
 
 
 class FactIn(Strict):
-    value: StorableText = Field(min_length=1, max_length=4096)
-    category: FactCategory = "fact"
-    source_session: str | None = Field(None, pattern=ID_PATTERN)
-    source_seqs: list[Seq] = Field(default_factory=list, max_length=256)
+    value: StorableText = Field(min_length=1, max_length=4096, description="The fact's new value.")
+    category: FactCategory = Field("fact", description="preference, fact, decision or task.")
+    source_session: str | None = Field(None, pattern=ID_PATTERN, description="Session the fact was learnt in.")
+    source_seqs: list[Seq] = Field(default_factory=list, max_length=256, description="Seqs of the turns that state it.")
 
 
 class FactWrite(BaseModel):
@@ -312,8 +326,8 @@ class FactWrite(BaseModel):
 
 
 class MemoryIn(Strict):
-    text: StorableText = Field(min_length=1, max_length=8192)
-    id: str | None = Field(None, pattern=ID_PATTERN)
+    text: StorableText = Field(min_length=1, max_length=8192, description="What to remember, in a sentence or a few.")
+    id: str | None = Field(None, pattern=ID_PATTERN, description="Id to store it under; default: one made from the text.")
     created_at: Instant | None = Field(None, description="Naive = UTC; defaults to now.")
 
 
@@ -328,8 +342,8 @@ class MemoryOut(BaseModel):
 
 
 class SearchRequest(Strict):
-    query: StorableText = Field(min_length=1, max_length=8192)
-    top_k: int = Field(10, ge=1, le=100)
+    query: StorableText = Field(min_length=1, max_length=8192, description="What to look for, in words.")
+    top_k: int = Field(10, ge=1, le=100, description="The most memories returned.")
     min_score: float | None = Field(
         None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."
     )

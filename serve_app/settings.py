@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     )
     api_keys_file: str = Field("", description="File of '<tenant>:<sha256 hex>' lines, e.g. a mounted Secret.")
     require_api_keys: bool = Field(False, description="Refuse to start without keys (any non-loopback deployment).")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="With API keys off, the host names a request may address besides loopback ones (127.0.0.1, "
+        "localhost, ::1), in Host and a browser's Origin: any other name gets 421, so a page whose name an attacker "
+        "re-resolves to this machine (DNS rebinding) reaches nothing. Names only, no ports. Not checked with keys on.",
+    )
     rate_limit_messages_per_minute: int = Field(0, ge=0, description="Appended messages per API key and minute; 0 = unlimited.")
     rate_limit_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant messages per minute.")
     quota_memories: int = Field(
@@ -256,7 +262,12 @@ class Settings(BaseSettings):
 
     def redacted(self) -> dict[str, Any]:
         """Settings for logs, with credentials masked."""
+        from serve_app.core.redaction import mask_password
+
         data = self.model_dump()
+        for name, value in data.items():  # every URL or DSN, whatever its setting: deployments put passwords there
+            if isinstance(value, str):
+                data[name] = mask_password(value)
         data["milvus_token"] = "***" if self.milvus_token else ""
         data["llm_api_key"] = "***" if self.llm_api_key else ""
         return data

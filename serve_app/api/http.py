@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serve_app.api.error_responses import error_response, install_error_handlers, openai_shaped
+from serve_app.api.body_limit import BodySizeLimit
+from serve_app.api.error_responses import install_error_handlers
+from serve_app.api.host_guard import HostGuard
 from serve_app.api.inspector.router import router as inspector_router
 from serve_app.api.mcp_tools import build_mcp, mcp_routes
 from serve_app.api.routers import chat, context, health, memories, operations, sessions, users
-from serve_app.errors import PayloadTooLarge
+from serve_app.core.hosts import HostPolicy
 from serve_app.services.dependencies import Dependencies
 
 ROUTERS = (
@@ -25,27 +26,6 @@ ROUTERS = (
     operations.router,
     inspector_router,
 )
-
-
-class BodySizeLimit:
-    """Oversize bodies are refused (413) from their declared length, before anyone reads them.
-
-    A plain ASGI middleware: Starlette's `@app.middleware("http")` wraps every response in a
-    stream, a cost on every request. Serve logs each request itself (route, status, latency,
-    `x-request-id`), so this one only guards."""
-
-    def __init__(self, inner: ASGIApp, limit: int):
-        self.inner = inner
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            declared = dict(scope["headers"]).get(b"content-length", b"")
-            if declared.isdigit() and int(declared) > self.limit:
-                too_large = PayloadTooLarge(f"request body of {int(declared)} bytes is over the {self.limit}-byte limit")
-                await error_response(too_large, openai=openai_shaped(scope))(scope, receive, send)
-                return
-        await self.inner(scope, receive, send)
 
 
 def create_http_app(deps: Dependencies) -> FastAPI:
@@ -69,6 +49,8 @@ def create_http_app(deps: Dependencies) -> FastAPI:
     app.state.dependencies = deps
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes)
+    if not deps.keyring.enabled:  # outermost: a refused host's request is not even read
+        app.add_middleware(HostGuard, policy=HostPolicy(deps.settings.allowed_hosts))
     for router in ROUTERS:
         app.include_router(router)
     app.router.routes.extend(mcp_endpoint)

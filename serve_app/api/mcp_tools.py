@@ -1,8 +1,8 @@
 """MCP tools at `/mcp` (streamable HTTP, stateless: any Ingress replica answers any call).
 
-Each tool is the service function its REST route calls, with the REST API's request models as its
-input schema, so validation, limits and the tenant (from the same API key, sent as a header) are the
-same. A request without a valid key is refused with a 401 before MCP reads it.
+Each tool is the service function its REST route calls, taking the fields of the REST API's request
+model as flat arguments (`mcp_arguments.py`), so validation, limits and the tenant (from the same API
+key, sent as a header) are the same. A request without a valid key is refused with a 401 before MCP reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app import schemas
 from serve_app.api.error_responses import as_service_error, error_response
+from serve_app.api.mcp_arguments import flattened
 from serve_app.core.auth import Caller
+from serve_app.core.hosts import HostPolicy
 from serve_app.core.ids import ID_PATTERN
 from serve_app.errors import ServiceError, Unauthorized
 from serve_app.services import memories, sessions, users
@@ -28,8 +30,10 @@ from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
 
 MCP_PATH = "/mcp"
-IdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
-KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Fact key.")]
+UserIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="User id.")]
+SessionIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Session id.")]
+MemoryIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Memory id (from add_memory or search).")]
+KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Fact key, e.g. shipping_address.")]
 
 INSTRUCTIONS = (
     "Long-term memory of users across sessions. search_memory recalls what a user said before; get_context "
@@ -84,47 +88,65 @@ def build_mcp(deps: Dependencies) -> MCPServer:
         return caller_of(deps, ctx.headers)
 
     @mcp.tool(description="Hybrid search of a user's long-term memories (dense + keywords, rank-fused).")
-    async def search_memory(user_id: IdArg, search: schemas.SearchRequest, ctx: Context) -> list[schemas.SearchHit]:
+    @flattened("search", schemas.SearchRequest)
+    async def search_memory(
+        user_id: UserIdArg, search: schemas.SearchRequest, ctx: Context
+    ) -> list[schemas.SearchHit] | schemas.SearchExplained:
         return await _call(memories.search_memories(deps, who(ctx).tenant, user_id, search))
 
     @mcp.tool(description="Store a memory for a user directly (the same text twice is stored once).")
-    async def add_memory(user_id: IdArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
+    @flattened("memory", schemas.MemoryIn)
+    async def add_memory(user_id: UserIdArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
         return await _call(memories.add_memory(deps, who(ctx).tenant, user_id, memory))
 
     @mcp.tool(description="Delete one long-term memory of a user.")
-    async def delete_memory(user_id: IdArg, memory_id: IdArg, ctx: Context) -> schemas.Deleted:
+    async def delete_memory(user_id: UserIdArg, memory_id: MemoryIdArg, ctx: Context) -> schemas.Deleted:
         caller = who(ctx)
         deleting = memories.delete_memory(deps, caller.tenant, user_id, memory_id)
         target = {"user_id": user_id, "memory_id": memory_id}
         return await _call(audited(deps, caller, "delete_memory", target, deleting))
 
     @mcp.tool(description="The prompt for the next model call: facts, recalled memories, summary and recent turns, in budget.")
+    @flattened("context", schemas.ContextRequestIn)
     async def get_context(context: schemas.ContextRequestIn, ctx: Context) -> schemas.ContextResponse:
         return await _call(build_working_memory(deps, who(ctx).tenant, context))
 
     @mcp.tool(description="Append messages to a session's log (a retried client id is stored once).")
-    async def append_messages(session_id: IdArg, append: schemas.AppendRequest, ctx: Context) -> schemas.AppendResponse:
+    @flattened("append", schemas.AppendRequest)
+    async def append_messages(session_id: SessionIdArg, append: schemas.AppendRequest, ctx: Context) -> schemas.AppendResponse:
         return await _call(sessions.append_messages(deps, who(ctx), session_id, append))
 
     @mcp.tool(description="A user's current structured facts.")
-    async def list_facts(user_id: IdArg, ctx: Context) -> list[schemas.FactOut]:
+    async def list_facts(user_id: UserIdArg, ctx: Context) -> list[schemas.FactOut]:
         return await _call(users.current_facts(deps, who(ctx).tenant, user_id))
 
     @mcp.tool(description="Set a user's fact; the previous value is kept in its history.")
-    async def set_fact(user_id: IdArg, key: KeyArg, fact: schemas.FactIn, ctx: Context) -> schemas.FactWrite:
+    @flattened("fact", schemas.FactIn)
+    async def set_fact(user_id: UserIdArg, key: KeyArg, fact: schemas.FactIn, ctx: Context) -> schemas.FactWrite:
         return await _call(users.put_fact(deps, who(ctx).tenant, user_id, key, fact))
 
     return mcp
 
 
+def transport_security(deps: Dependencies) -> TransportSecuritySettings:
+    """With keys off, the SDK's own Host and Origin check, on the names the app's HostGuard admits (a
+    second line should the tools ever be mounted without it). With keys on it stays off: the service
+    sits behind its own proxy, under names it cannot know, and every call carries its key."""
+    if deps.keyring.enabled:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    policy = HostPolicy(deps.settings.allowed_hosts)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=policy.mcp_hosts(), allowed_origins=policy.mcp_origins()
+    )
+
+
 def mcp_routes(mcp: MCPServer, deps: Dependencies) -> list[Route]:
-    """`/mcp` itself (no redirect to `/mcp/`), JSON answers, no session: replicas share nothing.
-    The Host check is off: the service sits behind its own proxy and authenticates every call."""
+    """`/mcp` itself (no redirect to `/mcp/`), JSON answers, no session: replicas share nothing."""
     app = mcp.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        transport_security=transport_security(deps),
     )
     routes = []
     for route in app.routes:

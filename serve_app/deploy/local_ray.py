@@ -5,10 +5,15 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def ray_temp_dir(data_dir: Path) -> str:
@@ -43,21 +48,35 @@ SIDE_PORT_VARS = (
 _USER_SET = frozenset(k for k in (*THROUGHPUT_ENV, *SIDE_PORT_VARS) if k in os.environ)
 
 
-def throughput_env() -> dict[str, str]:
+# Starts of Ray a start may take when a side port is taken before HAProxy binds it (start_serving).
+BIND_ATTEMPTS = 3
+# HAProxy's words for a port it could not bind, naming the port.
+_BIND_FAILURE = re.compile(r"cannot bind socket \(Address already in use\) for \[[^\]]*:(\d+)\]")
+
+
+def throughput_env(choose_port: Callable[[], int] | None = None) -> dict[str, str]:
     """The environment of a local Ray in high-throughput mode; variables the user set win."""
     from serve_app.embedded.launchers import free_listen_port
 
-    env = {**THROUGHPUT_ENV, **{var: str(free_listen_port()) for var in SIDE_PORT_VARS}}
+    choose = choose_port or free_listen_port
+    env = {**THROUGHPUT_ENV, **{var: str(choose()) for var in SIDE_PORT_VARS}}
     return {k: v for k, v in env.items() if k not in _USER_SET}
 
 
-def start_ray(temp_dir: str, *, num_cpus: int | None = None, metrics_port: int | None = None) -> None:
+def start_ray(
+    temp_dir: str,
+    *,
+    num_cpus: int | None = None,
+    metrics_port: int | None = None,
+    choose_port: Callable[[], int] | None = None,
+) -> set[int]:
+    """Start a local Ray; returns the side ports it chose for HAProxy mode (`SIDE_PORT_VARS`)."""
     import ray
 
     os.environ.setdefault("RAY_TMPDIR", temp_dir)
     # Read by the Serve controller, HAProxy and replicas, which inherit the raylet's environment:
     # this process's at ray.init.
-    chosen = throughput_env()
+    chosen = throughput_env(choose_port)
     before = {var: os.environ.get(var) for var in SIDE_PORT_VARS if var in chosen}
     os.environ.update(chosen)
     # Inherited by every Ray worker: glibc's default of 8 arenas per core lets the torch replicas'
@@ -77,6 +96,58 @@ def start_ray(temp_dir: str, *, num_cpus: int | None = None, metrics_port: int |
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+    return {int(chosen[var]) for var in SIDE_PORT_VARS if var in chosen}
+
+
+def stop_ray() -> None:
+    import ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+def taken_side_port(error: BaseException | str, side_ports: set[int]) -> int | None:
+    """The side port HAProxy failed to bind because another process holds it, if that is the error."""
+    for match in _BIND_FAILURE.finditer(str(error)):
+        if int(match.group(1)) in side_ports:
+            return int(match.group(1))
+    return None
+
+
+def start_serving(
+    temp_dir: str,
+    config,
+    *,
+    metrics_port: int | None = None,
+    after_ray_init: Callable[[], None] = lambda: None,
+    choose_port: Callable[[], int] | None = None,
+    attempts: int = BIND_ATTEMPTS,
+    timeout_s: float = 180.0,
+) -> int:
+    """Start a local Ray and deploy `config` on it, as `memserve up` does; returns the starts it took.
+
+    HAProxy binds its side ports when Serve starts, a while after they were found free, and another
+    process can take one in between: HAProxy then exits. Ray hands its environment, the side ports
+    included, to every process it starts, so other ports need another Ray: up to `attempts` starts.
+    Any other failure, a taken HTTP port (the user's choice) included, ends the start at once."""
+    attempt = 1
+    while True:
+        side_ports = start_ray(temp_dir, metrics_port=metrics_port, choose_port=choose_port)
+        after_ray_init()
+        try:
+            client = _serve_start(config)
+            break
+        except Exception as exc:
+            taken = taken_side_port(exc, side_ports)
+            if taken is None or attempt >= attempts:
+                raise
+        logger.warning("port %d, chosen for HAProxy, was taken before HAProxy bound it: starting Ray on other ports", taken)
+        stop_ray()
+        attempt += 1
+    client.deploy_apps(config, _blocking=False)
+    wait_running([app.name for app in config.applications], timeout_s)
+    return attempt
 
 
 def deploy_config(config, timeout_s: float = 180.0) -> None:
@@ -86,16 +157,20 @@ def deploy_config(config, timeout_s: float = 180.0) -> None:
     public way to deploy a config is the dashboard's REST API (`serve deploy`), which costs a
     dashboard process on every `memserve up`. Ray is pinned (pyproject.toml), and
     tests/unit/test_deploy_configs.py fails on an upgrade that moves or changes these two calls."""
+    _serve_start(config).deploy_apps(config, _blocking=False)
+    wait_running([app.name for app in config.applications], timeout_s)
+
+
+def _serve_start(config):
+    """Serve's controller and proxy (HAProxy, which binds its ports now) with the config's options."""
     from ray.serve._private import api as serve_api
     from ray.serve.config import gRPCOptions
 
-    client = serve_api.serve_start(
+    return serve_api.serve_start(
         http_options=config.http_options.model_dump(),
         grpc_options=gRPCOptions(**config.grpc_options.model_dump()),
         proxy_location=config.proxy_location,
     )
-    client.deploy_apps(config, _blocking=False)
-    wait_running([app.name for app in config.applications], timeout_s)
 
 
 def wait_running(app_names: list[str], timeout_s: float) -> None:

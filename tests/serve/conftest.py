@@ -10,7 +10,7 @@ import pytest
 
 from serve_app.cli import DEFAULT_CONFIG
 from serve_app.core.auth import hash_key
-from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
+from serve_app.deploy.local_ray import ray_temp_dir, start_serving
 from serve_app.deploy.serve_config import load_serve_config
 from serve_app.embedded.launchers import free_port
 
@@ -63,8 +63,7 @@ def service_url(backends, data_root, metrics_port) -> str:
     port = free_port()
     config = load_serve_config(DEFAULT_CONFIG, host="127.0.0.1", port=port)
     config.applications[0].args = TEST_ARGS
-    start_ray(ray_temp_dir(data_root), metrics_port=metrics_port)
-    deploy_config(config)
+    start_serving(ray_temp_dir(data_root), config, metrics_port=metrics_port)
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()

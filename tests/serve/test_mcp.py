@@ -52,10 +52,10 @@ async def test_tools_are_listed_and_each_one_works(service_url):
     tools = Tools(service_url, KEY_LOCAL)
     names, results = await tools.run(
         [
-            ("append_messages", {"session_id": session, "append": {"user_id": user, "messages": [
-                {"role": "user", "content": "My bike is a blue Bianchi from 1998.", "id": "m1"}]}}),
-            ("add_memory", {"user_id": user, "memory": {"text": "Allergic to penicillin."}}),
-            ("set_fact", {"user_id": user, "key": "bike", "fact": {"value": "blue Bianchi", "category": "fact"}}),
+            ("append_messages", {"session_id": session, "user_id": user, "messages": [
+                {"role": "user", "content": "My bike is a blue Bianchi from 1998.", "id": "m1"}]}),
+            ("add_memory", {"user_id": user, "text": "Allergic to penicillin."}),
+            ("set_fact", {"user_id": user, "key": "bike", "value": "blue Bianchi", "category": "fact"}),
             ("list_facts", {"user_id": user}),
         ]
     )  # fmt: skip
@@ -66,21 +66,30 @@ async def test_tools_are_listed_and_each_one_works(service_url):
 
     _, results = await tools.run(
         [
-            ("search_memory", {"user_id": user, "search": {"query": "what bike?", "top_k": 3}}),
-            ("get_context", {"context": {"user_id": user, "session_id": _id("s"), "query": "medicine", "max_tokens": 1024}}),
+            ("search_memory", {"user_id": user, "query": "what bike?", "top_k": 3}),
+            ("get_context", {"user_id": user, "session_id": _id("s"), "query": "medicine", "max_tokens": 1024}),
             ("delete_memory", {"user_id": user, "memory_id": added["id"]}),
             ("delete_memory", {"user_id": user, "memory_id": added["id"]}),
-            ("search_memory", {"user_id": "not a valid id!", "search": {"query": "x"}}),
-            ("append_messages", {"session_id": session, "append": {"user_id": user, "messages": []}}),
+            ("search_memory", {"user_id": "not a valid id!", "query": "x"}),
+            ("append_messages", {"session_id": session, "user_id": user, "messages": []}),
+            ("add_memory", {"user_id": user, "text": "x" * 8193}),
+            ("search_memory", {"user_id": user, "query": "bike", "top_k": 101}),
+            ("get_context", {"user_id": user, "session_id": _id("s"), "max_tokens": 255}),
+            ("set_fact", {"user_id": user, "key": "bike", "value": "red", "category": "colour"}),
         ]
     )
     hits, context, deleted = (_data(r) for r in results[:3])
     assert "Bianchi" in hits[0]["text"]
     assert context["usage"]["total_tokens"] <= context["usage"]["limit"] and "penicillin" in context["messages"][0]["content"]
     assert deleted["deleted"]
-    assert [r.is_error for r in results[3:]] == [True, True, True]
-    assert "404: memory not found" in results[3].content[0].text  # the API's status and message
-    assert "pattern" in results[4].content[0].text  # the REST API's id rule, from the same model
+    refused = [r.content[0].text for r in results[3:]]
+    assert [r.is_error for r in results[3:]] == [True] * len(refused), refused
+    assert "404: memory not found" in refused[0]  # the API's status and message
+    # The REST models' own limits, field by field: id pattern, list and text lengths, bounds, enums.
+    limits = ["pattern", "at least 1 item", "at most 8192", "less than or equal to 100", "greater than or equal to 256",
+              "'preference', 'fact', 'decision' or 'task'"]  # fmt: skip
+    for text, limit in zip(refused[1:], limits, strict=True):
+        assert limit in text, text
 
 
 @pytest.mark.parametrize("key", [None, "wrong-key-0123456789"])
@@ -98,8 +107,8 @@ async def test_a_missing_or_wrong_key_is_refused(service_url, key):
 
 async def test_another_tenant_never_sees_the_data(service_url):
     user = _id("user")
-    await Tools(service_url, KEY_LOCAL).run([("set_fact", {"user_id": user, "key": "secret", "fact": {"value": "42"}})])
+    await Tools(service_url, KEY_LOCAL).run([("set_fact", {"user_id": user, "key": "secret", "value": "42"})])
     _, results = await Tools(service_url, KEY_B).run(
-        [("list_facts", {"user_id": user}), ("search_memory", {"user_id": user, "search": {"query": "42"}})]
+        [("list_facts", {"user_id": user}), ("search_memory", {"user_id": user, "query": "42"})]
     )
     assert _data(results[0]) == [] and _data(results[1]) == []

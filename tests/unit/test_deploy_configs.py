@@ -180,6 +180,19 @@ def test_side_ports_of_a_local_ray_stay_out_of_the_ephemeral_range():
     assert ports and all(1024 <= port < _ephemeral_low() for port in ports)
 
 
+def test_only_a_taken_side_port_is_a_reason_to_start_again():
+    """HAProxy's bind failure on a port Ray chose for it is retried; on the HTTP port (the user's) it is not."""
+    from serve_app.deploy.local_ray import taken_side_port
+
+    failure = (
+        "HAProxy crashed during startup: [ALERT]    (17973) : Binding [/tmp/haproxy-serve/x/haproxy.cfg:95] for proxy "
+        "stats: cannot bind socket (Address already in use) for [0.0.0.0:{port}]"
+    )
+    assert taken_side_port(RuntimeError(failure.format(port=31415)), {31415, 20001}) == 31415
+    assert taken_side_port(RuntimeError(failure.format(port=8000)), {31415, 20001}) is None
+    assert taken_side_port(RuntimeError("deployment failed: {'memserve': 'ImportError'}"), {31415}) is None
+
+
 def _one(rendered: list[dict], kind: str, name: str | None = None) -> dict:
     (doc,) = [d for d in rendered if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return doc

@@ -21,6 +21,9 @@ from serve_app.api.http import ROUTERS, create_http_app
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 
+LOOPBACK = "http://127.0.0.1"
+"""The apps here run with API keys off, which serve only requests addressed to a loopback name."""
+
 
 async def _never(*_args):
     raise AssertionError("no store or model is reached in these tests")
@@ -42,7 +45,7 @@ def _app(raised: BaseException | None = None):
 
 
 def _get(raised: BaseException):
-    with TestClient(_app(raised), raise_server_exceptions=False) as client:
+    with TestClient(_app(raised), base_url=LOOPBACK, raise_server_exceptions=False) as client:
         return client.get("/raise")
 
 
@@ -119,13 +122,13 @@ def test_a_422_echoes_hostile_input_and_stays_json(raw):
         return body.value
 
     app.include_router(router)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOOPBACK) as client:
         response = client.post("/echo", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "value"]
 
 
 def test_an_oversize_body_is_refused_before_it_is_read():
-    with TestClient(_app()) as client:
+    with TestClient(_app(), base_url=LOOPBACK) as client:
         response = client.post("/v1/context", content=b"x" * 4096, headers={"content-type": "application/json"})
     assert response.status_code == 413 and "2048-byte limit" in response.json()["detail"]
 
@@ -166,7 +169,7 @@ def test_every_route_dependency_runs_on_the_event_loop():
 def test_routing_refusals_take_the_shape_of_their_path():
     """Starlette's own 404 and 405 answer as the rest of their path does: `{"detail": ...}` with
     `Allow` in API v1, OpenAI's `{"error": {...}}` under the OpenAI-compatible routes."""
-    with TestClient(_app(), raise_server_exceptions=False) as client:
+    with TestClient(_app(), base_url=LOOPBACK, raise_server_exceptions=False) as client:
         v1 = client.put("/v1/context")
         models = client.request("TRACE", "/v1/models")
         chat = client.get("/v1/chat/completions")
