@@ -22,7 +22,7 @@ from serve_app.api.error_responses import as_service_error, error_response
 from serve_app.api.mcp_arguments import flattened
 from serve_app.core.auth import Caller
 from serve_app.core.hosts import HostPolicy
-from serve_app.core.ids import ID_PATTERN
+from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.errors import ServiceError, Unauthorized
 from serve_app.services import memories, sessions, users
 from serve_app.services.audit import audited
@@ -30,10 +30,10 @@ from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
 
 MCP_PATH = "/mcp"
-UserIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="User id.")]
-SessionIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Session id.")]
-MemoryIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Memory id (from add_memory or search).")]
-KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=128, description="Fact key, e.g. shipping_address.")]
+UserIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="User id.")]
+SessionIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Session id.")]
+MemoryIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Memory id (from add_memory or search).")]
+KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Fact key, e.g. shipping_address.")]
 
 INSTRUCTIONS = (
     "Long-term memory of users across sessions. search_memory recalls what a user said before; get_context "
