@@ -32,7 +32,9 @@ from serve_app.services.dependencies import Dependencies
 MCP_PATH = "/mcp"
 UserIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="User id.")]
 SessionIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Session id.")]
-MemoryIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Memory id (from add_memory or search).")]
+MemoryIdArg = Annotated[
+    str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Memory id (from add_memory or search).")
+]
 KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Fact key, e.g. shipping_address.")]
 
 INSTRUCTIONS = (
