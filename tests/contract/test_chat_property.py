@@ -65,6 +65,9 @@ class ChatConversations(RuleBasedStateMachine):
     client: Any
     upstream: ScriptedUpstream
 
+    steps = 0
+    calls = 0
+
     def __init__(self) -> None:
         super().__init__()
         self.clients = {kind: Client(kind, "u-" + uuid.uuid4().hex[:8], _session(kind)) for kind in KINDS}
@@ -76,6 +79,7 @@ class ChatConversations(RuleBasedStateMachine):
         return self.loop.run_until_complete(self._post(messages, client=client, headers=headers, **more))
 
     async def _post(self, messages, *, client: Client, headers=None, **more):
+        ChatConversations.calls += 1
         sent = {"X-Session-Id": client.session} if client.session else {}
         body = {"model": "m", "messages": messages, "user": client.user, **more}
         return await self.client.post(URL, json=body, headers=sent | (headers or {}))
@@ -191,6 +195,7 @@ class ChatConversations(RuleBasedStateMachine):
 
     @invariant()
     def every_log_holds_what_its_client_said_and_the_answers_it_got(self) -> None:
+        ChatConversations.steps += 1
         for client in self.clients.values():
             session = client.session or client.found
             if session is None:
@@ -244,6 +249,8 @@ def test_every_sequence_of_chat_calls_keeps_each_turn_once_and_each_answer(backe
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             ),
         )
+        machine = ChatConversations
+        print(f"\nchat property: {EXAMPLES} conversations, {machine.steps} checked steps, {machine.calls} calls")
     finally:
         loop.run_until_complete(app.__aexit__(None, None, None))
         loop.close()
