@@ -12,11 +12,16 @@ preparation (the memorizer, Milvus's compaction and PostgreSQL's autovacuum of t
 Prints each arm's p50 and the median of its paired differences against A's defaults with a 95%
 bootstrap interval over rounds: on a noisy machine the paired difference is the figure to read, and
 an interval wider than the effect says that this run cannot resolve it.
+
+`--chat` (both services with an LLM, e.g. `llm_mode: openai` at the tiny Qwen2 of
+`bench.vllm_server`) adds `POST /v1/chat/completions` streamed, timed to the first token of the
+answer, in the same rounds; B's is paired against A's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
@@ -71,6 +76,7 @@ def main() -> None:
     parser.add_argument("b", help="URL of service B")
     parser.add_argument("--requests", type=int, default=500, help="requests per arm")
     parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--chat", action="store_true", help="also time chat completions to the first token")
     args = parser.parse_args()
     user = "ab-" + uuid.uuid4().hex[:8]
     idle = quiet_level()
@@ -92,6 +98,7 @@ def main() -> None:
     busy = settle(idle)
     print(f"machine busy {idle:.0%} quiet before preparing, {busy:.0%} when timing starts")
     samples: dict[str, list[float]] = {name: [] for name in arms}
+    chats: dict[str, list[float]] = {"A chat first token": [], "B chat first token": []}
     for i in tqdm(range(args.requests), desc="paired requests", unit="round"):
         order = list(arms.items()) if i % 2 == 0 else list(reversed(arms.items()))
         query = f"when is the budget meeting for P-{i % 37} number {i}?"  # distinct: no query repeats
@@ -100,6 +107,11 @@ def main() -> None:
             started = time.perf_counter()
             clients[side].post("/v1/context", json=body).raise_for_status()
             samples[name].append((time.perf_counter() - started) * 1000)
+        if args.chat:
+            for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
+                chats[f"{side} chat first token"].append(
+                    first_token_ms(clients[side], user, query, session=f"{user}-chat-{i // 20}")
+                )
     base = samples["A defaults"]
     print(f"\n{'arm':<12}{'p50 ms':>9}{'paired diff vs A defaults':>28}{'95% interval':>18}")
     for name, times in samples.items():
@@ -107,6 +119,29 @@ def main() -> None:
         low, high = median_interval(diffs)
         interval = f"{low:+.2f} .. {high:+.2f}" if name != "A defaults" else ""
         print(f"{name:<12}{statistics.median(times):>9.2f}{statistics.median(diffs):>+28.2f}{interval:>18}")
+    if args.chat:
+        a_chat, b_chat = chats["A chat first token"], chats["B chat first token"]
+        diffs = [b - a for a, b in zip(a_chat, b_chat, strict=True)]
+        low, high = median_interval(diffs)
+        a50, b50 = statistics.median(a_chat), statistics.median(b_chat)
+        print(f"\nchat, streamed, to the first token: p50 A {a50:.2f} ms, B {b50:.2f} ms")
+        print(f"paired B - A {statistics.median(diffs):+.2f} ms, 95% interval {low:+.2f} .. {high:+.2f}")
+
+
+def first_token_ms(client: httpx.Client, user: str, question: str, *, session: str) -> float:
+    """A streamed chat call's time to the first chunk that carries answer text (or the end)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": question}], "user": user, "stream": True,
+            "max_completion_tokens": 4, "metadata": {"session_id": session}}  # fmt: skip
+    started = time.perf_counter()
+    first = None
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if first is None and line.startswith("data: {"):
+                choices = json.loads(line[len("data: ") :]).get("choices") or [{}]
+                if (choices[0].get("delta") or {}).get("content"):
+                    first = (time.perf_counter() - started) * 1000
+    return first if first is not None else (time.perf_counter() - started) * 1000
 
 
 if __name__ == "__main__":
