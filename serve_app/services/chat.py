@@ -210,7 +210,8 @@ async def _store(
     return result.seqs, result.duplicates
 
 
-_KEY_LIKE = re.compile(r"\b(sk|key|token)[-_][A-Za-z0-9*._-]{4,}", re.IGNORECASE)
+_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9*._-]{4,}")
+"""What an OpenAI-style key (or its masked echo) looks like in a provider's message."""
 
 
 def _model_error(deps: Dependencies, exc: LLMError) -> ServiceError:
@@ -307,7 +308,7 @@ async def chat_completion(
                 reserve_output=reserve,
             ),
             pending_turns=call.new,
-            tools=[tool for tool in request.tools or []],
+            tools=request.tools or [],
             history_upto=call.history_upto,
         )
     except BudgetError as exc:
