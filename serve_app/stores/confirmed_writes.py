@@ -110,8 +110,9 @@ class ConfirmedWrites:
         for result in results:
             if isinstance(result, Exception):
                 raise result
-        *written, reply = results
-        confirmed = self.confirmation.confirmed(reply)
+        waits = len(self.confirmation.commands())
+        written, replies = results[:-waits], results[-waits:]
+        confirmed = self.confirmation.confirmed(replies)
         if confirmed < self.replicas:
             self.observer.confirm_timeout(self.confirmation.name)
             raise ReplicasUnconfirmed(confirmed, self.replicas)
@@ -133,15 +134,15 @@ class ConfirmedWrites:
 
     async def _pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any]:
         assert self.confirmation is not None
-        confirm = self.confirmation.command()
+        confirm = self.confirmation.commands()
         if is_cluster(self.redis):
             node = self.redis.get_node_from_key(key)
             pipe = self.redis.pipeline()
-            for command in [*commands, confirm]:
+            for command in [*commands, *confirm]:
                 pipe.execute_command(*command, target_nodes=node)
             return await pipe.execute(raise_on_error=False, allow_redirections=False)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for command in [*commands, confirm]:
+            for command in [*commands, *confirm]:
                 pipe.execute_command(*command)
             return await pipe.execute(raise_on_error=False)
 

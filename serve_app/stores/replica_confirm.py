@@ -37,14 +37,19 @@ class Confirmation:
     def name(self) -> str:
         return "WAITAOF" if self.waitaof else "WAIT"
 
-    def command(self) -> tuple[Any, ...]:
+    def commands(self) -> list[tuple[Any, ...]]:
+        """What follows the write on its connection. WAITAOF goes after a WAIT: sent right behind the
+        write, a lone WAITAOF waits for the replicas' periodic acknowledgement (Valkey 9 here),
+        while behind a WAIT the replicas already hold the write and report its fsync at once. Each
+        waits at most `timeout_ms`."""
+        wait = ("WAIT", self.replicas, self.timeout_ms)
         if self.waitaof:
-            return ("WAITAOF", 1 if self.local_aof else 0, self.replicas, self.timeout_ms)
-        return ("WAIT", self.replicas, self.timeout_ms)
+            return [wait, ("WAITAOF", 1 if self.local_aof else 0, self.replicas, self.timeout_ms)]
+        return [wait]
 
-    def confirmed(self, reply: Any) -> int:
-        """Replicas that confirmed, from the command's reply (WAITAOF answers [local, replicas])."""
-        return int(reply[1]) if self.waitaof else int(reply)
+    def confirmed(self, replies: list[Any]) -> int:
+        """Replicas that confirmed, from the replies to `commands` (WAITAOF answers [local, replicas])."""
+        return int(replies[-1][1]) if self.waitaof else int(replies[-1])
 
 
 def choose(infos: list[dict[str, Any]], replicas: int, timeout_ms: int) -> Confirmation:
