@@ -100,6 +100,7 @@ async def _stalled_append_is_a_503_and_its_retry_stores_once(log: SessionLog, re
         with pytest.raises(ReplicasUnconfirmed):
             await log.append("t", sid, "u", [{"role": "user", "content": "b", "id": "m2"}])
         assert time.monotonic() - begun < 5
+        assert max((await log.replica_lag()).values()) > 0  # the metric's source sees the replica behind
     finally:
         os.kill(replica.process.pid, signal.SIGCONT)
     retried = await log.append("t", sid, "u", [{"role": "user", "content": "b", "id": "m2"}])
