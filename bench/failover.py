@@ -50,7 +50,10 @@ class FailoverResult:
     """Replication stream the killed primary still held in its own memory at the kill: not even in
     the kernel's buffers toward the replica, so lost with the primary."""
     failover_s: float = float("nan")
-    """From the kill until a session of the killed primary takes appends again."""
+    """From the kill until the replica reports itself primary."""
+    resumed_s: float = float("nan")
+    """From the kill until an append to a session of the killed primary, sent after the takeover,
+    is acknowledged (with confirmation: once the old primary is back as the new one's replica)."""
     run_s: float = 0.0
     errors: Counter = field(default_factory=Counter)
     """Failed appends by error type; each was retried with the same ids."""
@@ -119,6 +122,7 @@ async def run_failover(
     acked: dict[tuple[str, str], int] = {}
     stop = asyncio.Event()
     killed_at: list[float] = []
+    promoted_at: list[float] = []
     recovered = asyncio.Event()
 
     async def writer(index: int) -> None:
@@ -130,10 +134,11 @@ async def run_failover(
             message = {"role": "user", "content": message_id, "id": message_id}
             while True:  # the same ids until it is acknowledged, as a client retries
                 try:
+                    after_takeover = bool(promoted_at)
                     out = await log.append(TENANT, session, "u", [message])
                     acked[(session, message_id)] = out.seqs[0]
-                    if killed_at and session in victim_sessions and not recovered.is_set():
-                        result.failover_s = time.monotonic() - killed_at[0]
+                    if after_takeover and session in victim_sessions and not recovered.is_set():
+                        result.resumed_s = time.monotonic() - killed_at[0]
                         recovered.set()
                     break
                 except Exception as exc:  # every failure is counted and retried with the same ids
@@ -165,6 +170,8 @@ async def run_failover(
             if time.monotonic() - started > timeout_s:
                 raise TimeoutError("the replica did not take over")
             await asyncio.sleep(0.1)
+        promoted_at.append(time.monotonic())
+        result.failover_s = promoted_at[0] - killed_at[0]
         await asyncio.to_thread(cluster.restart, victim)  # back as the new primary's replica
         await asyncio.wait_for(recovered.wait(), max(1.0, timeout_s - (time.monotonic() - started)))
         await asyncio.sleep(after_s)
@@ -252,7 +259,8 @@ async def main_async(args: argparse.Namespace) -> int:
             f"acknowledged {result.acknowledged}, lost {result.lost}, seqs reused {result.reused}, "
             f"primary offset {result.primary_offset} vs replica {result.replica_offset} "
             f"({result.stuck_bytes} bytes held by the primary), "
-            f"failover {result.failover_s:.1f} s, run {result.run_s:.1f} s, errors {dict(result.errors)}, "
+            f"failover {result.failover_s:.1f} s, writes resumed {result.resumed_s:.1f} s, run {result.run_s:.1f} s, "
+            f"errors {dict(result.errors)}, "
             f"unexpected {len(result.unexpected)}"
         )
     return 1 if failed else 0
