@@ -21,6 +21,7 @@ from serve_app.api.http import create_http_app
 from serve_app.encoding.query import load_query_encoder
 from serve_app.errors import ServiceError
 from serve_app.llm.client import llm_client
+from serve_app.runtime.redis_metrics import RedisConfirmMetrics
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -94,7 +95,7 @@ class Ingress:
         self.embedder = embedder
         self.memorizer = memorizer
         self.pokes: set[asyncio.Task] = set()
-        stores = await Stores.connect(self.settings)
+        stores = await Stores.connect(self.settings, redis_observer=RedisConfirmMetrics())
         # The first replica on a machine builds the traced encoder in a subprocess (seconds): off the loop.
         encoder = (
             await asyncio.to_thread(load_query_encoder, self.settings.embedding_model, self.settings.embedding_int8)

@@ -13,6 +13,7 @@ from ray.util import metrics
 from serve_app.deploy.autoscaling import LAG, WAITING
 from serve_app.llm.client import llm_client
 from serve_app.runtime.priority import lower_priority
+from serve_app.runtime.redis_metrics import RedisConfirmMetrics, sample_replica_lag
 from serve_app.services.compaction import CompactionOutcome, Redo
 from serve_app.services.memorizer import MemorizeReport
 from serve_app.services.sweep import MemorizerSweep
@@ -133,9 +134,10 @@ class Memorizer:
         self.settings = Settings(**(settings or {}))
         lower_priority(self.settings.background_nice)
         self.embedder = embedder
-        self.stores = await Stores.connect(self.settings)
+        self.stores = await Stores.connect(self.settings, redis_observer=RedisConfirmMetrics())
         self.work = MemorizerSweep(self.stores, self._embed, self.settings, llm_client(self.settings), observers=_Metrics())
         self.sweeper = asyncio.create_task(self.work.run_forever())
+        self.lag_sampler = asyncio.create_task(sample_replica_lag(self.stores.log))
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         return await self.embedder.embed_many.remote(texts)
@@ -160,4 +162,5 @@ class Memorizer:
     async def __del__(self):
         if hasattr(self, "sweeper"):
             self.sweeper.cancel()
+            self.lag_sampler.cancel()
             await self.stores.close()

@@ -235,3 +235,30 @@ class RecallUnavailable(Unavailable):
     def __init__(self, sides: str = ""):
         super().__init__("RecallUnavailable")
         self.sides = sides
+
+
+class ReplicasUnconfirmed(Unavailable):
+    """Fewer replicas than `redis_confirm_replicas` confirmed a session-log write in time. The write
+    may already be applied on the primary: a retry with the same client message ids stores each
+    turn once."""
+
+    def __init__(self, confirmed: int, wanted: int):
+        super().__init__(f"{confirmed} of {wanted} Redis replicas confirmed the write in time")
+        self.confirmed = confirmed
+        self.wanted = wanted
+
+
+# Start-up refusals: a replica whose settings the stores cannot meet does not start.
+
+
+class ReplicaSettingError(ValueError):
+    """`redis_confirm_replicas` asks for more replicas than a primary has connected: every write
+    would time out, so the service refuses to start instead."""
+
+    def __init__(self, wanted: int, short: dict[str, int]):
+        having = ", ".join(f"{primary} has {count}" for primary, count in sorted(short.items()))
+        super().__init__(
+            f"redis_confirm_replicas is {wanted} but not every Redis primary has that many replicas connected ({having})"
+        )
+        self.wanted = wanted
+        self.short = short

@@ -28,6 +28,26 @@ class Settings(BaseSettings):
         description="redis_url names one node of a Redis Cluster: the client discovers the others and routes by slot "
         "(redis-py has no URL scheme for cluster mode).",
     )
+    redis_sentinel_master: str = Field(
+        "",
+        description="Name of the primary a set of Redis Sentinels watches: redis_url then names the Sentinels, "
+        "redis://[:password@]host:port[,host:port...]/db (password and db are the primary's).",
+    )
+    redis_confirm_replicas: int = Field(
+        0,
+        ge=0,
+        description="Replicas that must confirm a session-log write (WAITAOF on Redis 7.2+, WAIT before) before it is "
+        "acknowledged: appends, checkpoints, cursors, deletes, tombstones. Replication is asynchronous, so without it "
+        "a failover to a lagging replica loses acknowledged turns. 0 for a Redis without replicas (embedded); the "
+        "service refuses to start when a primary has fewer replicas connected. WAITAOF counts replicas with "
+        "appendonly yes only.",
+    )
+    redis_confirm_timeout_ms: int = Field(
+        1000,
+        ge=1,
+        description="How long a write waits for redis_confirm_replicas; past it the request gets 503 with Retry-After "
+        "(the write may be stored: a retry with the same client message ids stores each turn once).",
+    )
     postgres_dsn: str = Field(
         "postgresql://postgres@127.0.0.1:15432/postgres",
         validation_alias=AliasChoices("postgres_dsn", "POSTGRES_DSN", "MEMSERVE_POSTGRES_DSN"),

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import Scope
 
 from serve_app.errors import InvalidRequest, ServiceError, Unavailable
+from serve_app.stores.redis_client import closed_connection
 
 logger = logging.getLogger("ray.serve")
 
@@ -33,6 +34,13 @@ logger = logging.getLogger("ray.serve")
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
+    # A Redis Cluster moving: a failover under way, a slot migrating, a write sent to a replica that
+    # was just demoted, redirects followed until the client gave up. The same request succeeds later.
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.AskError,
+    redis.exceptions.SlotNotCoveredError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
@@ -62,7 +70,7 @@ def backend_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and not isinstance(exc, ConnectionError | TimeoutError | socket.gaierror):
         # asyncio reports a failed connect to several addresses as one OSError without an errno.
         return exc.errno in NETWORK_ERRNOS or (exc.errno is None and str(exc).startswith("Multiple exceptions"))
-    return isinstance(exc, BACKEND_ERRORS)
+    return isinstance(exc, BACKEND_ERRORS) or closed_connection(exc)
 
 
 def _echoable(value: Any) -> Any:
@@ -157,5 +165,5 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    for kind in (ServiceError, RequestValidationError, HTTPException, *BACKEND_ERRORS):
+    for kind in (ServiceError, RequestValidationError, HTTPException, *BACKEND_ERRORS, AttributeError):
         app.add_exception_handler(kind, handle_error)

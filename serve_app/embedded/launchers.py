@@ -139,14 +139,17 @@ def redis_server_binary() -> str:
     return str(path)
 
 
-def start_redis(data_dir: Path, port: int, timeout_s: float = 20, extra_args: list[str] | None = None) -> Backend:
+def start_redis(
+    data_dir: Path, port: int, timeout_s: float = 20, extra_args: list[str] | None = None, binary: str | None = None
+) -> Backend:
     """Redis with an fsync-always append-only file and no eviction: an acknowledged write is durable.
-    `extra_args`: more redis-server options (a cluster node's, say)."""
+    `extra_args`: more redis-server options (a cluster node's, say); `binary`: another server
+    than the wheel's (a newer Redis or Valkey, for what only those have)."""
     _ensure_free(port, "redis")
     directory = data_dir / "redis"
     directory.mkdir(parents=True, exist_ok=True)
     argv = [
-        redis_server_binary(),
+        binary or redis_server_binary(),
         "--bind",
         LOOPBACK,
         "--port",

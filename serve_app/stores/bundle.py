@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from serve_app.settings import Settings
 from serve_app.stores.audit import AuditLog
 from serve_app.stores.chat_calls import ChatCalls
+from serve_app.stores.confirmed_writes import ConfirmObserver
 from serve_app.stores.facts import FactStore
 from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.pg_pool import session_lock
@@ -33,8 +34,17 @@ class Stores:
     chats: ChatCalls
 
     @classmethod
-    async def connect(cls, settings: Settings) -> Stores:
-        log = SessionLog(settings.redis_url, settings.session_ttl_s, cluster=settings.redis_cluster)
+    async def connect(cls, settings: Settings, redis_observer: ConfirmObserver | None = None) -> Stores:
+        log = SessionLog(
+            settings.redis_url,
+            settings.session_ttl_s,
+            cluster=settings.redis_cluster,
+            sentinel_master=settings.redis_sentinel_master,
+            confirm_replicas=settings.redis_confirm_replicas,
+            confirm_timeout_ms=settings.redis_confirm_timeout_ms,
+            observer=redis_observer,
+        )
+        await log.start()
         await log.migrate_layout()
         facts = await FactStore.connect(settings.postgres_dsn)
         # Replicas starting together would race to create the collection and its partitions (one

@@ -25,6 +25,7 @@ from typing import Any
 
 from serve_app.core.clock import now_ms
 from serve_app.errors import SessionOwnerError
+from serve_app.stores.confirmed_writes import ConfirmedWrites, ConfirmObserver
 from serve_app.stores.redis_client import AnyRedis, connect
 
 # KEYS: meta, log, ids, the embedding lane, the user's session index (all of the session's slot).
@@ -117,6 +118,16 @@ local failures = redis.call('HINCRBY', KEYS[1], 'llm_failures', 1)
 local delay = math.min(tonumber(ARGV[4]) * 2 ^ (failures - 1), 60000)
 redis.call('ZADD', KEYS[3], 'XX', tonumber(ARGV[5]) + delay, ARGV[1])
 return delay
+"""
+
+# KEYS: meta, log, ids, the embedding lane, the LLM lane, the owner's session index. ARGV: lane
+# member, session id. Returns the keys deleted.
+_DELETE = """
+local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[2])
+return removed
 """
 
 # KEYS: the lease. ARGV: the holder, the new time to live (ms); '0' releases it.
@@ -213,18 +224,45 @@ def _glob_escape(text: str) -> str:
 
 class SessionLog:
     """Async Redis client for session logs, checkpoints, cursors and the two lanes.
-    `cluster`: the URL names one node of a Redis Cluster (redis-py has no URL scheme for it)."""
+    `cluster`: the URL names one node of a Redis Cluster (redis-py has no URL scheme for it);
+    `sentinel_master`: the URL names the Sentinels watching that primary.
 
-    def __init__(self, url: str, ttl_s: int, *, cluster: bool = False):
+    Durability: a write whose loss would move a session backwards is acknowledged only once
+    `confirm_replicas` replicas confirmed it (within `confirm_timeout_ms`, else `ReplicasUnconfirmed`,
+    a 503): appends, checkpoints, cursors, session deletes and tombstones. Leases, lane back-off and
+    counters are not: losing one repeats idempotent work. Call `start` first."""
+
+    def __init__(
+        self,
+        url: str,
+        ttl_s: int,
+        *,
+        cluster: bool = False,
+        sentinel_master: str = "",
+        confirm_replicas: int = 0,
+        confirm_timeout_ms: int = 1000,
+        observer: ConfirmObserver | None = None,
+    ):
         self.cluster = cluster
-        self.redis: AnyRedis = connect(url, cluster=cluster)
+        self.redis: AnyRedis = connect(url, cluster=cluster, sentinel_master=sentinel_master)
         self.ttl_s = ttl_s
+        self.writes = ConfirmedWrites(self.redis, confirm_replicas, confirm_timeout_ms, observer)
         self._append = self.redis.register_script(_APPEND)
         self._cas = self.redis.register_script(_CHECKPOINT_CAS)
         self._advance = self.redis.register_script(_ADVANCE_CURSOR)
         self._llm_done = self.redis.register_script(_LLM_PASS_DONE)
         self._lease_keep = self.redis.register_script(_LEASE_KEEP)
         self._migrate_session = self.redis.register_script(_MIGRATE_SESSION)
+        self._delete = self.redis.register_script(_DELETE)
+
+    async def start(self) -> None:
+        """Check the replica setting against the primaries (refusing one they cannot meet) and log
+        which confirmation runs."""
+        logger.info("session log: %s", await self.writes.start())
+
+    async def replica_lag(self) -> dict[str, int]:
+        """Each primary's furthest-behind replica, in bytes (also sent to the observer)."""
+        return await self.writes.replica_lag()
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -258,13 +296,15 @@ class SessionLog:
         return f"{tenant}/{session}"
 
     async def append(self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]) -> AppendResult:
-        """Append messages atomically; a message whose client id was seen returns its first seq."""
+        """Append messages atomically; a message whose client id was seen returns its first seq.
+        Confirmed by replicas: a lost append gives its seqs to other messages after a failover. If
+        the confirmation times out the turns may be stored already; a retry with the same ids finds them."""
         meta, log, ids = self._keys(tenant, session)
         args: list[Any] = [user, self.ttl_s, now_ms(), self.pending_member(tenant, session), len(messages)]
         for message in messages:
             args += [message.get("id") or "", json.dumps(message, ensure_ascii=False, separators=(",", ":"))]
         keys = [meta, log, ids, self._lanes(tenant, session)[0], self._user_index(tenant, user, session)]
-        out = await self._append(keys=keys, args=[*args, session])
+        out = await self.writes.script(self._append, keys, [*args, session])
         if int(out[0]) == -1:
             raise SessionOwnerError(str(out[1]))
         raw = [int(x) for x in out[1:]]
@@ -320,10 +360,12 @@ class SessionLog:
         degraded: bool,
         state: dict[str, Any] | None,
     ) -> int | None:
-        """Compare-and-set the summary checkpoint; None when another writer got there first."""
+        """Compare-and-set the summary checkpoint; None when another writer got there first.
+        Confirmed by replicas: a lost checkpoint hands its version number out again, so a compactor
+        that read the lost one could win a compare-and-set against a summary it never saw."""
         meta_key, log_key, _ = self._keys(tenant, session)
         args = [expected_version, summary, covers_upto_seq, "1" if degraded else "0", json.dumps(state or {})]
-        out = int(await self._cas(keys=[meta_key, log_key], args=args))
+        out = int(await self.writes.script(self._cas, [meta_key, log_key], args))
         return out if out >= 0 else None
 
     async def advance_cursor(
@@ -337,13 +379,16 @@ class SessionLog:
         owes_llm: bool = False,
     ) -> int:
         """Move a cursor forward (never back). When `done` and every turn is memorized, the session
-        leaves the embedding lane and, if `owes_llm`, joins the LLM lane (due now)."""
+        leaves the embedding lane and, if `owes_llm`, joins the LLM lane (due now).
+        Confirmed by replicas: a cursor moved back after a failover redoes extraction, which can
+        assert again a fact a later turn superseded."""
         if cursor not in ("memorized_upto_seq", "extracted_upto_seq"):
             raise ValueError(cursor)
         meta_key, log_key, _ = self._keys(tenant, session)
         member = self.pending_member(tenant, session)
         args = [upto_seq, member, "1" if done else "0", cursor, "1" if owes_llm else "0", now_ms()]
-        return int(await self._advance(keys=[meta_key, log_key, *self._lanes(tenant, session)], args=args))
+        keys = [meta_key, log_key, *self._lanes(tenant, session)]
+        return int(await self.writes.script(self._advance, keys, args))
 
     def _lease_key(self, tenant: str, session: str, lane: str) -> str:
         return f"{self._base(tenant, session)}:lease:{lane}"
@@ -444,9 +489,11 @@ class SessionLog:
         return f"ms:{{{tenant}/u/{user}}}:forgotten"
 
     async def set_tombstone(self, tenant: str, user: str, keep_s: int = 30 * 24 * 3600) -> int:
-        """Mark the user forgotten now; sessions created up to now must never be memorized again."""
+        """Mark the user forgotten now; sessions created up to now must never be memorized again.
+        Confirmed by replicas: a lost tombstone lets an erased user's sessions be memorized again."""
         stamp = now_ms()
-        await self.redis.set(self.tombstone_key(tenant, user), stamp, ex=max(keep_s, self.ttl_s))
+        key = self.tombstone_key(tenant, user)
+        await self.writes.command(key, "SET", key, stamp, "EX", max(keep_s, self.ttl_s))
         return stamp
 
     async def forgotten(self, tenant: str, user: str, created_at_ms: int) -> bool:
@@ -489,24 +536,21 @@ class SessionLog:
         return alive
 
     async def forget_user_sessions(self, tenant: str, user: str) -> None:
-        """Drop the user's session index (the sessions themselves are deleted one by one)."""
+        """Drop the user's session index (the sessions themselves are deleted one by one). Not confirmed
+        by replicas: an index entry that comes back names a deleted session, which a read prunes."""
         async with self.redis.pipeline(transaction=False) as pipe:  # one key per command: any slot
             for shard in range(LANE_SHARDS):
                 pipe.delete(self.user_index_key(tenant, user, shard))
             await pipe.execute()
 
     async def delete(self, tenant: str, session: str) -> bool:
+        """Delete the session's log and its lane entries in one script (one slot: atomic on a cluster
+        too). Confirmed by replicas: a lost delete brings back a session its user deleted."""
         meta_key, log_key, ids_key = self._keys(tenant, session)
-        owner = await self.redis.hget(meta_key, "user_id")
-        embedding_lane, llm_lane = self._lanes(tenant, session)
-        async with self.redis.pipeline(transaction=True) as pipe:  # one slot: atomic on a cluster too
-            pipe.delete(meta_key, log_key, ids_key)
-            pipe.zrem(embedding_lane, self.pending_member(tenant, session))
-            pipe.zrem(llm_lane, self.pending_member(tenant, session))
-            if owner:
-                pipe.zrem(self._user_index(tenant, owner, session), session)
-            removed = (await pipe.execute())[0]
-        return bool(removed)
+        owner = await self.redis.hget(meta_key, "user_id") or ""
+        keys = [meta_key, log_key, ids_key, *self._lanes(tenant, session), self._user_index(tenant, owner, session)]
+        removed = await self.writes.script(self._delete, keys, [self.pending_member(tenant, session), session])
+        return bool(int(removed))
 
     async def migrate_layout(self) -> int:
         """Move layout 1's keys (`LAYOUT`) to this layout; returns the sessions moved. Idempotent, and

@@ -306,3 +306,22 @@ def test_every_autoscaling_config_is_one_ray_accepts_and_the_memorizer_follows_i
     policy = found["Memorizer"].policy
     assert policy.get_policy() is MemorizerBacklogPolicy
     assert MemorizerBacklogPolicy(**policy.policy_kwargs).target.target_lag_s == 5
+
+
+def test_session_logs_go_to_a_redis_cluster_with_replicas_that_confirm_writes(rendered):
+    """A failover to an asynchronous replica loses acknowledged turns unless one confirmed them."""
+    config = _one(rendered, "ConfigMap", "memserve-config")["data"]
+    (rayservice,) = [d for d in rendered if d["kind"] == "RayService"]
+    env = {
+        e["name"]: e.get("value")
+        for e in rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    host = env["REDIS_URL"].rsplit("@", 1)[1].split(":")[0]
+    nodes = _one(rendered, "StatefulSet", host)
+    args = nodes["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--cluster-enabled") + 1] == "yes" and args[args.index("--appendfsync") + 1] == "always"
+    create = " ".join(_one(rendered, "Job", f"{host}-create")["spec"]["template"]["spec"]["containers"][0]["command"])
+    replicas_each = int(create.split("--cluster-replicas")[1].split()[0])
+    assert nodes["spec"]["replicas"] == 3 * (1 + replicas_each)
+    assert config["MEMSERVE_REDIS_CLUSTER"] == "true"
+    assert 1 <= int(config["MEMSERVE_REDIS_CONFIRM_REPLICAS"]) <= replicas_each

@@ -102,6 +102,54 @@ def test_an_unreachable_store_is_a_503_to_retry(raised):
     assert response.headers["retry-after"] == "2"
 
 
+@pytest.mark.parametrize(
+    "raised",
+    [
+        redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        redis.exceptions.MasterDownError("MASTERDOWN Link with MASTER is down"),
+        redis.exceptions.TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        redis.exceptions.ReadOnlyError("READONLY You can't write against a read only replica."),
+        redis.exceptions.MovedError("3999 127.0.0.1:6381"),
+        redis.exceptions.ClusterError("TTL exhausted."),
+        redis.exceptions.SlotNotCoveredError("Slot 3999 not covered by the cluster."),
+        errors.ReplicasUnconfirmed(0, 1),
+    ],
+    ids=lambda exc: type(exc).__name__,
+)
+def test_a_store_moving_is_a_503_to_retry(raised):
+    """A failover, a slot migrating or a demoted primary: the same request succeeds later."""
+    response = _get(raised)
+    assert response.status_code == 503 and response.headers["retry-after"]
+
+
+async def test_a_connection_closed_under_a_command_is_a_503():
+    """redis-py's cluster client can hit a connection another task closed: its writer is None."""
+    from redis.asyncio.connection import Connection
+
+    connection = Connection()
+    try:
+        await connection._send_packed_command([b"PING"])
+    except AttributeError as exc:
+        closed = exc
+    response = _get(closed)
+    assert response.status_code == 503 and response.headers["retry-after"]
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        redis.exceptions.ResponseError("ERR Error running script (call to f_0123): user_script:1: oops"),
+        redis.exceptions.NoScriptError("NOSCRIPT No matching script."),
+        AttributeError("'NoneType' object has no attribute 'seqs'"),
+    ],
+    ids=["wrongtype", "script", "noscript", "own-attribute-error"],
+)
+def test_a_store_refusing_the_command_stays_a_500(raised):
+    response = _get(raised)
+    assert response.status_code == 500 and "retry-after" not in response.headers
+
+
 def test_a_file_error_is_a_fault_not_an_outage():
     response = _get(FileNotFoundError(errno.ENOENT, "No such file", "/etc/memserve/api-keys"))
     assert response.status_code == 500 and response.json() == {"detail": "internal error"}
