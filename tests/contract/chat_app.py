@@ -16,13 +16,17 @@ from serve_app.stores.bundle import Stores
 from tests.doubles import ScriptedUpstream
 
 CHAT_COLLECTION = "chat_path"
+CHAT_REDIS_DB = 3
 
 
 @asynccontextmanager
 async def chat_app(backends, embed, upstream: ScriptedUpstream, **settings_args: Any):
     """An httpx client of the app, its dependencies: `settings_args` override the settings."""
+    # A Redis database of its own: the chat tests leave many sessions in the embedding lane (no
+    # memorizer runs here), which the sweep tests' passes would otherwise read first.
+    env = backends.env | {"REDIS_URL": backends.env["REDIS_URL"].rsplit("/", 1)[0] + f"/{CHAT_REDIS_DB}"}
     settings = Settings(
-        **backends.env,
+        **env,
         milvus_collection=CHAT_COLLECTION,
         llm_mode="openai",
         llm_base_url=upstream.base_url,

@@ -35,7 +35,7 @@ async def fresh_dsn(backends) -> str:
 
 
 async def test_repair_skips_a_memory_no_milvus_row_holds_and_goes_on(backends, fresh_dsn, embed):
-    settings = Settings(**backends.env, postgres_dsn=fresh_dsn, milvus_collection="keys_" + uuid.uuid4().hex[:8])
+    settings = Settings(**{**backends.env, "POSTGRES_DSN": fresh_dsn}, milvus_collection="keys_" + uuid.uuid4().hex[:8])
     stores = await Stores.connect(settings)
     try:
         text = "Keeps the spare key under the blue pot."
