@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     embedding_int8: bool = Field(
         True,
         description="Dynamic int8 quantization of the model's Linear layers: faster on CPU for about the same recall "
-        "(README, bench/recall_tune.py). Applies to documents and queries alike; changing it on a filled store mixes "
+        "(docs/benchmarks/components.md). Applies to documents and queries alike; changing it on a filled store mixes "
         "the two kinds of vectors.",
     )
     embedder_max_batch_size: int = Field(32, ge=1, description="Concurrent single texts encoded in one forward pass.")
