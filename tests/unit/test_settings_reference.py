@@ -3,8 +3,16 @@ from `Settings` at every `mkdocs build`, so a setting without a description is a
 
 from __future__ import annotations
 
-from docs.hooks.reference import settings_rows
+import importlib.util
+import sys
+from pathlib import Path
+
 from serve_app.settings import Settings
+
+_HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "reference.py"
+_spec = importlib.util.spec_from_file_location("memserve_docs_reference", _HOOK)
+reference = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reference)  # the hook mkdocs.yml runs, loaded by path: docs/ is no package
 
 
 def test_every_setting_has_a_description():
@@ -13,7 +21,7 @@ def test_every_setting_has_a_description():
 
 
 def test_the_reference_names_every_setting_with_its_environment_variables():
-    rows = {row.name: row for row in settings_rows()}
+    rows = {row.name: row for row in reference.settings_rows()}
     assert list(rows) == list(Settings.model_fields)
     assert rows["session_ttl_s"].env == ["MEMSERVE_SESSION_TTL_S"]
     assert rows["redis_url"].env == ["REDIS_URL", "MEMSERVE_REDIS_URL"]
