@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install the package with its test tools and the CPU build of torch.
+# Create .venv and install the package with its test tools, the docs site's tools and the CPU build of torch.
 # Idempotent: reinstalls only when pyproject.toml or the constraints change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ if [[ ! -f $stamp ]]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   # constraints/cpu.txt pins the CPU torch wheel; a GPU image installs without it and keeps its own torch.
   # The typed client (client/, its own package) with its LangChain extra: the tests drive the service with it.
-  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test,bench]' -e './client[langchain]'
+  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test,bench,docs]' -e './client[langchain]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -65,7 +65,7 @@ class MemoryReport(BaseModel):
     user_id: str
     stored_seqs: list[int] = Field(description="Seqs of this call's turns in the session log, the answer's included.")
     recalled: list[str] = Field(description="Ids of the long-term memories recalled into the prompt.")
-    alignment: str = Field(description="new, continues, latest, diverged, expired or retried (see README).")
+    alignment: str = Field(description="new, continues, latest, diverged, expired or retried (docs/api/chat.md).")
     memory_tokens: int = Field(description="Tokens of recalled memories and facts in the prompt.")
     prompt_tokens: int = Field(description="The prompt's tokens as this service counted them.")
 

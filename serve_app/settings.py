@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:16379/0",
         validation_alias=AliasChoices("redis_url", "REDIS_URL", "MEMSERVE_REDIS_URL"),
+        description="Redis of the session logs, summary checkpoints, cursors, the memorizer's lanes and rate limits; "
+        "with redis_cluster, any one node of the cluster.",
     )
     redis_cluster: bool = Field(
         False,
@@ -51,12 +53,15 @@ class Settings(BaseSettings):
     postgres_dsn: str = Field(
         "postgresql://postgres@127.0.0.1:15432/postgres",
         validation_alias=AliasChoices("postgres_dsn", "POSTGRES_DSN", "MEMSERVE_POSTGRES_DSN"),
+        description="PostgreSQL of the facts, the record of every long-term memory, the keyword index and the audit "
+        "log (migrations applied on start).",
     )
     milvus_uri: str = Field(
         "http://127.0.0.1:19530",
         validation_alias=AliasChoices("milvus_uri", "MILVUS_URI", "MEMSERVE_MILVUS_URI"),
+        description="Milvus of the memories' vectors (an index repaired from PostgreSQL).",
     )
-    milvus_token: str = ""
+    milvus_token: str = Field("", description="Milvus credentials (`user:password` or an API key); empty: none. Masked in logs.")
     milvus_collection: str = Field("memories_v2", description="v2: dense + BM25 keyword fields, partitioned by user hash.")
     milvus_partitions: int = Field(
         64, ge=1, le=1000, description="Partitions a new collection gets; a user's searches touch only theirs."
@@ -93,8 +98,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413 before parsing.")
     session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
 
-    default_max_tokens: int = Field(8192, ge=256)
-    shares: BudgetShares = BudgetShares()
+    default_max_tokens: int = Field(8192, ge=256, description="Context budget of a /v1/context request that gives no max_tokens.")
+    shares: BudgetShares = Field(
+        BudgetShares(),
+        description="Each section's claim on max_tokens (memory, history, tools, output); what is left flows to memory, "
+        "then to history. A request's shares override them.",
+    )
 
     compaction_trigger_tokens: int = Field(
         4000, ge=64, description="Unsummarized history above this is compacted by the memorizer."
@@ -103,11 +112,11 @@ class Settings(BaseSettings):
     summary_max_tokens: int = Field(512, ge=64, description="Cap on the gist part of the extractive summary.")
 
     embedding_model: str = Field("", description="Path of a sentence-transformers model; empty = the bundled all-MiniLM-L6-v2.")
-    embedding_dim: int = 384
+    embedding_dim: int = Field(384, description="Dimension of the embedding model's vectors (the collection's vector field).")
     embedding_int8: bool = Field(
         True,
         description="Dynamic int8 quantization of the model's Linear layers: faster on CPU for about the same recall "
-        "(README, bench/recall_tune.py). Applies to documents and queries alike; changing it on a filled store mixes "
+        "(docs/benchmarks/components.md). Applies to documents and queries alike; changing it on a filled store mixes "
         "the two kinds of vectors.",
     )
     embedder_max_batch_size: int = Field(32, ge=1, description="Concurrent single texts encoded in one forward pass.")
@@ -156,8 +165,8 @@ class Settings(BaseSettings):
         "DATA --model-out FILE`); empty: the shipped model, fitted on the LoCoMo development files.",
     )
     recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")
-    recall_dense_weight: float = Field(0.5, ge=0)
-    recall_keyword_weight: float = Field(1.0, ge=0)
+    recall_dense_weight: float = Field(0.5, ge=0, description="Weight of the dense (vector) ranking in reciprocal-rank fusion.")
+    recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of the keyword (BM25) ranking in reciprocal-rank fusion.")
     recall_time_weight: float = Field(0.5, ge=0, description="Boost for memories from the time a query names.")
     recall_rrf_k: float = Field(20.0, gt=0, description="Reciprocal-rank fusion constant: lower favours the top ranks.")
     recall_keyword_context_turns: int = Field(
@@ -185,7 +194,9 @@ class Settings(BaseSettings):
         description="Poke the memorizer on every append (one Serve call each) instead of leaving new turns to the "
         "sweep. Off: appends touch only Redis, and turns arriving within one sweep interval are embedded together.",
     )
-    memorizer_batch_size: int = Field(64, ge=1)
+    memorizer_batch_size: int = Field(
+        64, ge=1, description="Turns of one session read and embedded in one step (one call to the Embedder)."
+    )
     vector_repair: bool = Field(
         True,
         description="After Milvus restarts (and once when the memorizer starts), re-embed every memory PostgreSQL holds "
@@ -204,11 +215,13 @@ class Settings(BaseSettings):
         "e.g. http://127.0.0.1:8000/llm/v1).",
     )
     llm_model: str = Field("qwen2.5-7b-instruct", description="Model name sent with each request (model_id in ray-serve-llm).")
-    llm_api_key: str = ""
-    llm_timeout_s: float = Field(30.0, gt=0)
-    llm_seed: int = 0
+    llm_api_key: str = Field("", description="API key sent to the LLM endpoint; empty: none. Masked in logs and error messages.")
+    llm_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds one call to the LLM endpoint may take before it counts as failed."
+    )
+    llm_seed: int = Field(0, description="Seed sent with summary and extraction calls (they run at temperature 0).")
     llm_input_tokens: int = Field(6000, ge=64, description="Conversation tokens per LLM call; longer spans are folded in chunks.")
-    llm_extract_max_tokens: int = Field(512, ge=16, le=4096)
+    llm_extract_max_tokens: int = Field(512, ge=16, le=4096, description="Output tokens of one fact-extraction call.")
     llm_context_window: int = Field(
         32768,
         ge=512,

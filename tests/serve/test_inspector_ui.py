@@ -1,7 +1,7 @@
 """The inspector in a real headless browser: Selenium driving Debian's chromium through its
 version-matched chromium-driver (scripts/browser.sh installs both), against the deployed app.
 
-Each view is also saved as a screenshot: under docs/inspector/, which the README shows, when
+Each view is also saved as a screenshot: under docs/inspector/, which the docs site shows (docs/inspector/index.md), when
 MEMSERVE_SCREENSHOTS names that folder; in a temporary folder otherwise, so a test run leaves the
 checkout as it was."""
 
