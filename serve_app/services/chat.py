@@ -9,7 +9,7 @@ failed answer), and the answer is stored whole before the response ends: for a s
 and stores no partial answer.
 
 Which turns are new comes from their place against the log's tail (`core.chat_history`); whether a
-call repeats an earlier one comes from the client (`calls`): an `Idempotency-Key`, or the openai
+call repeats an earlier one comes from the client (`services/chat_calls.py`): an `Idempotency-Key`, or the openai
 SDK's retry counter. Each new call gets its own id, and its turns and answer get client ids from
 it, so two calls at once both keep their answers and a retry stores nothing twice.
 """
@@ -91,6 +91,17 @@ def _text(content: str | list[dict[str, Any]] | None) -> str:
             raise InvalidRequest(f"content parts of type {part.get('type')!r} are not supported: only text", param="messages")
         texts.append(str(part.get("text", "")))
     return "\n".join(texts)
+
+
+def _encodable(request: ChatCompletionRequest) -> None:
+    """The request as the model will get it must be UTF-8: a lone surrogate (a JSON "\\ud800" escape
+    with no pair) has no UTF-8 form, so it is the client's 422, as on every other route, not a 500
+    when the body is sent on."""
+    try:
+        json.dumps(request.model_dump(mode="json", exclude_unset=True), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = f"unpaired surrogate at character {exc.start}"
+        raise InvalidRequest(f"text is not valid Unicode: {where}", param="messages") from None
 
 
 def _user(deps: Dependencies, request: ChatCompletionRequest, headers: dict[str, str]) -> str:
@@ -280,6 +291,7 @@ async def chat_completion(
     started = time.perf_counter()
     llm, tenant = deps.llm, caller.tenant
     talk = conversation(deps, request, headers)
+    _encodable(request)
     store = request.store is not False
     retry = chat_calls.retry_key(request, talk, headers) if store else None
     call = await _resolve(deps, tenant, talk, retry)

@@ -223,3 +223,11 @@ async def test_a_gateway_can_make_the_user_header_win(backends, embed, upstream)
             URL, json={"model": "m", "messages": [user("hi")], "user": "bob", "store": False}, headers={"X-User-Id": "alice"}
         )
         assert answered.json()["memory"]["user_id"] == "bob"  # the default: the body's user, as OpenAI's field
+
+
+async def test_a_lone_surrogate_the_model_cannot_be_sent_is_a_422_stored_or_not(app, upstream):
+    who, _ = ids()
+    for store in (False, True):
+        raw = json.dumps({"model": "m", "messages": [user("half a pair: \ud800")], "user": who, "store": store})
+        refused = await app.post(URL, content=raw, headers={"content-type": "application/json"})
+        assert refused.status_code == 422 and "surrogate" in refused.json()["error"]["message"], refused.text
