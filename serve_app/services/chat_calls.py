@@ -43,17 +43,16 @@ def _digest(*parts: str) -> str:
 
 def retry_key(request: ChatCompletionRequest, talk: Conversation, headers: dict[str, str]) -> RetryKey | None:
     """The key a retry of this request would be known by; None: the client marks no retries."""
+    idempotency, counter = headers.get("idempotency-key"), headers.get("x-stainless-retry-count")
+    if idempotency is None and counter is None:
+        return None
     # Streamed or not, the answer is the same: a retry may ask for it either way.
     sent = request.model_dump(mode="json", exclude_unset=True, exclude={"stream", "stream_options"})
     body = _digest(talk.user, talk.session or "", json.dumps(sent, sort_keys=True))
-    idempotency = headers.get("idempotency-key")
     if idempotency is not None:
         if not 1 <= len(idempotency) <= MAX_KEY_CHARS:
             raise InvalidRequest(f"Idempotency-Key must be 1 to {MAX_KEY_CHARS} characters", param="Idempotency-Key")
         return RetryKey("key:" + _digest(idempotency), body, first_only=True, retry=True)
-    counter = headers.get("x-stainless-retry-count")
-    if counter is None:
-        return None
     return RetryKey("sdk:" + body, body, first_only=False, retry=counter.strip() not in ("", "0"))
 
 
