@@ -9,6 +9,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import httpx
 
 from serve_app.api.http import create_http_app
+from serve_app.encoding import EmbedMany
+from serve_app.llm.client import llm_client
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -16,6 +18,26 @@ from serve_app.stores.bundle import Stores
 
 async def _not_here(*_args):
     raise AssertionError("nothing is embedded or compacted in these tests")
+
+
+def replica_dependencies(settings: Settings, stores: Stores, embed: EmbedMany | None = None) -> Dependencies:
+    """What an Ingress replica hands its app, built from `settings` as the replica builds it: keys,
+    inspector signer, the LLM client; queries embedded by `embed` (the real model) when given.
+    Nothing is compacted in process."""
+
+    async def embed_one(text: str) -> list[float]:
+        return (await embed([text]))[0]
+
+    return Dependencies(
+        settings=settings,
+        stores=stores,
+        embed_one=embed_one if embed is not None else _not_here,
+        embed_documents=embed if embed is not None else _not_here,
+        compact_now=_not_here,
+        keyring=settings.keyring(),
+        signer=settings.inspector_signer(),
+        llm=llm_client(settings),
+    )
 
 
 @asynccontextmanager
@@ -27,16 +49,7 @@ async def in_process_client(
     the task it began in, and an assertion inside it surfaces wrapped in an exception group."""
     settings = Settings(**backends.env, milvus_collection="request_edges", **settings_args)
     stores = await Stores.connect(settings)
-    deps = Dependencies(
-        settings=settings,
-        stores=stores,
-        embed_one=_not_here,
-        embed_documents=_not_here,
-        compact_now=_not_here,
-        keyring=settings.keyring(),
-        signer=settings.inspector_signer(),
-    )
-    app = create_http_app(deps)
+    app = create_http_app(replica_dependencies(settings, stores))
     try:
         async with AsyncExitStack() as stack:
             if mcp:

@@ -9,11 +9,10 @@ from typing import Any
 import httpx
 
 from serve_app.api.http import create_http_app
-from serve_app.llm.client import llm_client
-from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from tests.doubles import ScriptedUpstream
+from tests.in_process import replica_dependencies
 
 CHAT_COLLECTION = "chat_path"
 CHAT_REDIS_DB = 3
@@ -36,21 +35,7 @@ async def chat_app(backends, embed, upstream: ScriptedUpstream, **settings_args:
     )
     stores = await Stores.connect(settings)
 
-    async def embed_one(text: str) -> list[float]:
-        return (await embed([text]))[0]
-
-    async def no_compaction(*_: str) -> dict:
-        return {}
-
-    deps = Dependencies(
-        settings=settings,
-        stores=stores,
-        embed_one=embed_one,
-        embed_documents=embed,
-        compact_now=no_compaction,
-        keyring=settings.keyring(),
-        llm=llm_client(settings),
-    )
+    deps = replica_dependencies(settings, stores, embed)
     transport = httpx.ASGITransport(app=create_http_app(deps))
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:

@@ -13,9 +13,9 @@ import pytest
 from serve_app.api.http import create_http_app
 from serve_app.core.auth import hash_key
 from serve_app.core.inspector_auth import COOKIE
-from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
+from tests.in_process import replica_dependencies
 
 SECRET = "in-process-ui-secret"
 KEY = "key-in-process-0123456789"
@@ -25,21 +25,7 @@ async def _app(backends, embed, **settings_args):
     settings = Settings(**backends.env, milvus_collection="inspector_sessions", ui_secret=SECRET, **settings_args)
     stores = await Stores.connect(settings)
 
-    async def embed_one(text: str) -> list[float]:
-        return (await embed([text]))[0]
-
-    async def no_compaction(*_: str) -> dict:
-        raise AssertionError("not compacted here")
-
-    deps = Dependencies(
-        settings=settings,
-        stores=stores,
-        embed_one=embed_one,
-        embed_documents=embed,
-        compact_now=no_compaction,
-        keyring=settings.keyring(),
-        signer=settings.inspector_signer(),
-    )
+    deps = replica_dependencies(settings, stores, embed)
     return stores, deps, create_http_app(deps)
 
 
