@@ -99,6 +99,7 @@ def main() -> None:
     print(f"machine busy {idle:.0%} quiet before preparing, {busy:.0%} when timing starts")
     samples: dict[str, list[float]] = {name: [] for name in arms}
     chats: dict[str, list[float]] = {"A chat first token": [], "B chat first token": []}
+    prompts: dict[str, list[int]] = {"A": [], "B": []}
     for i in tqdm(range(args.requests), desc="paired requests", unit="round"):
         order = list(arms.items()) if i % 2 == 0 else list(reversed(arms.items()))
         query = f"when is the budget meeting for P-{i % 37} number {i}?"  # distinct: no query repeats
@@ -109,9 +110,9 @@ def main() -> None:
             samples[name].append((time.perf_counter() - started) * 1000)
         if args.chat:
             for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-                chats[f"{side} chat first token"].append(
-                    first_token_ms(clients[side], user, query, session=f"{user}-chat-{i // 20}")
-                )
+                ms, prompt_tokens = first_token_ms(clients[side], user, query, session=f"{user}-chat-{i // 20}")
+                chats[f"{side} chat first token"].append(ms)
+                prompts[side].append(prompt_tokens)
     base = samples["A defaults"]
     print(f"\n{'arm':<12}{'p50 ms':>9}{'paired diff vs A defaults':>28}{'95% interval':>18}")
     for name, times in samples.items():
@@ -126,22 +127,35 @@ def main() -> None:
         a50, b50 = statistics.median(a_chat), statistics.median(b_chat)
         print(f"\nchat, streamed, to the first token: p50 A {a50:.2f} ms, B {b50:.2f} ms")
         print(f"paired B - A {statistics.median(diffs):+.2f} ms, 95% interval {low:+.2f} .. {high:+.2f}")
+        tokens = [b - a for a, b in zip(prompts["A"], prompts["B"], strict=True)]
+        print(
+            f"prompt tokens the model was sent: mean A {statistics.mean(prompts['A']):.1f}, "
+            f"B {statistics.mean(prompts['B']):.1f}; B - A per round: median {statistics.median(tokens):+.0f}, "
+            f"min {min(tokens):+d}, max {max(tokens):+d}"
+        )
 
 
-def first_token_ms(client: httpx.Client, user: str, question: str, *, session: str) -> float:
-    """A streamed chat call's time to the first chunk that carries answer text (or the end)."""
+def first_token_ms(client: httpx.Client, user: str, question: str, *, session: str) -> tuple[float, int]:
+    """A streamed chat call's time to the first chunk that carries answer text (or the end), and
+    the prompt tokens its memory report says the model was sent (a difference in time to the first
+    token may be the model's, for a longer prompt, rather than the service's)."""
     body = {"model": "m", "messages": [{"role": "user", "content": question}], "user": user, "stream": True,
             "max_completion_tokens": 4, "metadata": {"session_id": session}}  # fmt: skip
     started = time.perf_counter()
-    first = None
+    first, prompt_tokens = None, -1
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
-            if first is None and line.startswith("data: {"):
-                choices = json.loads(line[len("data: ") :]).get("choices") or [{}]
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[len("data: ") :])
+            if first is None:
+                choices = chunk.get("choices") or [{}]
                 if (choices[0].get("delta") or {}).get("content"):
                     first = (time.perf_counter() - started) * 1000
-    return first if first is not None else (time.perf_counter() - started) * 1000
+            if "memory" in chunk:
+                prompt_tokens = chunk["memory"].get("prompt_tokens", -1)
+    return (first if first is not None else (time.perf_counter() - started) * 1000), prompt_tokens
 
 
 if __name__ == "__main__":
