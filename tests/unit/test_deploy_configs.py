@@ -266,7 +266,7 @@ def _declared_service_metrics() -> set[str]:
     """The metric names the service declares (ray.util.metrics), as Prometheus sees them."""
     import re
 
-    sources = [*(ROOT / "serve_app").rglob("*.py"), *(ROOT / "deployments").rglob("*.py")]
+    sources = [*(ROOT / "serve_app").rglob("*.py")]
     pattern = re.compile(r"metrics\.(Counter|Gauge|Histogram)\(\s*\"(memserve_[a-z_]+)\"")
     names = set()
     for source in sources:
