@@ -20,7 +20,7 @@ import yaml
 from serve_app.core.compression import SummaryState
 from serve_app.core.tokenizer import count_chat
 from serve_app.deploy.local_ray import ray_temp_dir, start_ray, wait_running
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
 from serve_app.services.summarizer import Summarizer
 
