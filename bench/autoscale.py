@@ -255,7 +255,8 @@ def main() -> None:
 
     from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
     from serve_app.deploy.serve_config import load_serve_config
-    from serve_app.embedded.launchers import EmbeddedBackends, Ports, free_listen_port
+    from serve_app.embedded.launchers import EmbeddedBackends, Ports
+    from serve_app.embedded.ports import free_listen_port
     from serve_app.stores.session_log import SessionLog
 
     data = Path(tempfile.mkdtemp(prefix="memserve-autoscale-"))

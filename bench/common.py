@@ -34,7 +34,7 @@ def wait_memorized(client: httpx.Client, last: dict[str, int], timeout_s: float 
 def memserve_up(data_dir: Path, env: dict[str, str], timeout_s: float = 300) -> Iterator[str]:
     """`memserve up` on `data_dir` and free ports, with `env` over this process's environment (the
     settings a run measures); yields its URL once healthy, stops it (and everything it started) after."""
-    from serve_app.embedded.launchers import free_port
+    from serve_app.embedded.ports import free_port
 
     port, redis, postgres, milvus = (free_port() for _ in range(4))
     argv = [

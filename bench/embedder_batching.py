@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.locomo_data import turns_of
-from deployments.embedder import Embedder
+from serve_app.deployments.embedder import Embedder
 from serve_app.settings import Settings
 
 SHAPES = (

@@ -26,7 +26,8 @@ from tqdm import tqdm
 from bench.common import percentile
 from bench.scale import memory_texts, queries
 from serve_app.core.records import MemoryRow
-from serve_app.embedded.launchers import free_port, milvus_starter
+from serve_app.embedded.launchers import milvus_starter
+from serve_app.embedded.ports import free_port
 from serve_app.settings import Settings
 from serve_app.stores.vectors import VectorStore
 

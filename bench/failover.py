@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.common import percentile
 from serve_app.api.error_responses import backend_unreachable
-from serve_app.embedded.launchers import LOOPBACK
+from serve_app.embedded.ports import LOOPBACK
 from serve_app.embedded.redis_cluster import LocalRedisCluster, start_redis_cluster
 from serve_app.errors import Unavailable
 from serve_app.stores.session_log import SessionLog

@@ -40,7 +40,8 @@ from serve_app.cli import DEFAULT_CONFIG
 from serve_app.core.auth import hash_key
 from serve_app.deploy.local_ray import deploy_config, ray_temp_dir, start_ray
 from serve_app.deploy.serve_config import load_serve_config
-from serve_app.embedded.launchers import MILVUS_ENGINES, EmbeddedBackends, Ports, free_port
+from serve_app.embedded.launchers import MILVUS_ENGINES, EmbeddedBackends, Ports
+from serve_app.embedded.ports import free_port
 
 KEY_A, KEY_B = "reliability-key-a-0123456789", "reliability-key-b-0123456789"
 RETRY_CAP_S = 0.5  # clients honour Retry-After up to this, to keep the run short

@@ -146,7 +146,7 @@ async def insert_others(tenant: str, rows: int, users: int, dim: int, seed: int)
     """Other users' memories straight into both indexes, with synthetic vectors (idempotent ids)."""
     import numpy as np
 
-    from serve_app.services.memories import memory_row, save_memories
+    from serve_app.services.memory_writes import memory_row, save_memories
     from serve_app.settings import Settings
     from serve_app.stores.bundle import Stores
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ID = "tiny-qwen"

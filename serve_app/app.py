@@ -15,9 +15,9 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
 
     `args` are Settings fields; the environment fills the rest.
     """
-    from deployments.embedder import Embedder
-    from deployments.ingress import Ingress
-    from deployments.memorizer import Memorizer
+    from serve_app.deployments.embedder import Embedder
+    from serve_app.deployments.ingress import Ingress
+    from serve_app.deployments.memorizer import Memorizer
 
     settings = Settings(**(args or {}))
     overrides = settings.model_dump(exclude_unset=True)

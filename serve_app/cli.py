@@ -14,7 +14,8 @@ from pathlib import Path
 import typer
 
 from serve_app.core.auth import hash_key, is_loopback, new_key
-from serve_app.embedded.launchers import EmbeddedBackends, LaunchError, Ports
+from serve_app.embedded.backend import LaunchError
+from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.runtime.processes import pid_alive
 from serve_app.settings import Settings
 

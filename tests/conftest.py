@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.embedded.launchers import EmbeddedBackends, Ports, free_port
+from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.embedded.ports import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

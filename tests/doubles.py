@@ -41,7 +41,7 @@ class ScriptedUpstream:
         import asyncio
         import threading
 
-        from serve_app.embedded.launchers import free_port
+        from serve_app.embedded.ports import free_port
 
         self.window = window
         self.model = model

@@ -16,7 +16,7 @@ _ID_RE = re.compile(ID_PATTERN)
 VECTOR_KEYS = 2
 """How Milvus keys memories: 1 by the memory id alone (one key space for every tenant and user, so
 one owner's "note-1" replaced another's), 2 by `vector_key`. PostgreSQL records, per memory, the
-scheme its vector was written under (`services.memories.move_vectors` brings older ones up)."""
+scheme its vector was written under (`services.index_repair.move_vectors` brings older ones up)."""
 
 
 class InvalidIdError(ValueError):

@@ -25,7 +25,7 @@ from serve_app.core.stop_words import ENGLISH_STOP_WORDS
 
 ANALYSIS_VERSION = 2
 """Bumped whenever `terms` changes what it returns: stored keyword text of an older analysis is
-rebuilt by the memorizer (`services/memories.reindex_keywords`)."""
+rebuilt by the memorizer (`services/index_repair.reindex_keywords`)."""
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _STEMMER = snowballstemmer.stemmer("english")

@@ -2,7 +2,7 @@
 
 Named in the Serve configs as `serve_app.deploy.autoscaling:MemorizerBacklogPolicy`, with its
 `policy_kwargs`; each Memorizer replica reports `waiting_sessions` and `lag_s` from its last sweep
-(`deployments/memorizer.py`, `record_autoscaling_stats`).
+(`serve_app/deployments/memorizer.py`, `record_autoscaling_stats`).
 """
 
 from __future__ import annotations

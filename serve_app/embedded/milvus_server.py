@@ -14,7 +14,8 @@ import json
 import os
 from pathlib import Path
 
-from serve_app.embedded.launchers import LOOPBACK, Backend, LaunchError, _spawn, _wait, free_listen_port, port_open
+from serve_app.embedded.backend import Backend, LaunchError, ensure_port_free, spawn, wait_until_up
+from serve_app.embedded.ports import LOOPBACK, free_listen_port
 from serve_app.runtime.cache import cache_base
 
 # Milvus's internal servers, each on a port of its own (the wheel's config names them so).
@@ -139,8 +140,7 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
     for name, value in ports.items():
         config.set(name, value)
     config.write_config()
-    if port_open(port):
-        raise LaunchError(f"port {port} for milvus is already in use (another memserve up? try memserve down)")
+    ensure_port_free(port, "milvus")
     binary = _unpacked_binaries(milvus) / "milvus"
     env = {
         **os.environ,
@@ -152,7 +152,7 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
         "LD_LIBRARY_PATH": ":".join(p for p in (str(binary.parent), os.environ.get("LD_LIBRARY_PATH", "")) if p),
     }
     log_path = data_dir / "logs" / "milvus-server.log"
-    process = _spawn("milvus", [str(binary), "run", "standalone"], log_path, cwd=str(directory), env=env)
+    process = spawn("milvus", [str(binary), "run", "standalone"], log_path, cwd=str(directory), env=env)
     backend = Backend("milvus", process, f"http://{LOOPBACK}:{port}", log_path, stop_timeout_s=STOP_GRACE_S)
-    _wait(lambda: _healthy(ports["metrics_port"]) and _serving(port), backend, timeout_s)
+    wait_until_up(lambda: _healthy(ports["metrics_port"]) and _serving(port), backend, timeout_s)
     return backend

@@ -11,7 +11,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from serve_app.embedded.launchers import LOOPBACK, Backend, LaunchError, _wait, free_listen_port, port_open, start_redis
+from serve_app.embedded.backend import Backend, LaunchError, wait_until_up
+from serve_app.embedded.launchers import start_redis
+from serve_app.embedded.ports import LOOPBACK, free_listen_port, port_open
 
 SLOTS = 16384
 BUS_OFFSET = 10000  # a node's cluster bus listens on its port + 10000, so the port must be <= 55535
@@ -130,7 +132,7 @@ def start_redis_cluster(
             synced = [r for r in links if r.get("role") == "slave" and r.get("master_link_status") == "up"]
             return len(synced) == masters * replicas
 
-        _wait(agreed, nodes[0], timeout_s)
+        wait_until_up(agreed, nodes[0], timeout_s)
         return cluster
     except BaseException:
         for node in nodes:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 DOCUMENT_EMBEDDING = 2
 """Bumped whenever `SentenceEncoder.encode_documents` changes what it returns: memories embedded
-with an older one are embedded again by the memorizer (`services/memories.reembed_vectors`).
+with an older one are embedded again by the memorizer (`services/index_repair.reembed_vectors`).
 1: the whole text; 2: the whole text plus the mean of its sentences."""
 
 Vector = list[float]

@@ -26,7 +26,7 @@ from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import CompactionOutcome, Redo, compact_session, redo_degraded
-from serve_app.services.memories import delete_memories, memory_row, save_memories
+from serve_app.services.memory_writes import delete_memories, memory_row, save_memories
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores

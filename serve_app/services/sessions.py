@@ -9,7 +9,7 @@ from serve_app.core.auth import Caller
 from serve_app.core.clock import ms_to_datetime
 from serve_app.errors import SessionNotFound
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memories import delete_memories
+from serve_app.services.memory_writes import delete_memories
 from serve_app.services.quota import check_memory_quota
 from serve_app.stores.session_log import SessionMeta
 

@@ -19,7 +19,7 @@ from typing import Protocol
 from serve_app.encoding import EmbedMany
 from serve_app.llm.client import ChatClient
 from serve_app.services.compaction import CompactionOutcome
-from serve_app.services.memories import move_vectors, reembed_vectors, reindex_keywords, repair_vectors
+from serve_app.services.index_repair import move_vectors, reembed_vectors, reindex_keywords, repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores

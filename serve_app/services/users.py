@@ -5,7 +5,7 @@ from __future__ import annotations
 from serve_app import schemas
 from serve_app.errors import FactNotFound
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memories import delete_memories
+from serve_app.services.memory_writes import delete_memories
 from serve_app.stores.bundle import Stores
 from serve_app.stores.facts import Fact
 

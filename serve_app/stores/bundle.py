@@ -59,7 +59,7 @@ class Stores:
                 settings.milvus_partitions,
             )
         # Every replica that finds the collection released (Milvus restarted) counts it in Redis: the
-        # memorizer repairs the vectors a restarted Milvus Lite lost (services/memories.repair_vectors).
+        # memorizer repairs the vectors a restarted Milvus Lite lost (services/index_repair.repair_vectors).
         vectors.on_reload = lambda: log.redis.incr(MILVUS_RELOADS_KEY)
         return cls(
             log=log,

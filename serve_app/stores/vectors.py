@@ -185,7 +185,7 @@ class VectorStore:
         self._uri, self._token = uri, token
         self.dim = dim
         # Called after this client loaded a released collection: Milvus restarted, and Milvus Lite
-        # loses the writes it had acknowledged but not yet persisted (services/memories.repair_vectors).
+        # loses the writes it had acknowledged but not yet persisted (services/index_repair.repair_vectors).
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self._load_lock = asyncio.Lock()
         self._loads = 0
@@ -195,7 +195,7 @@ class VectorStore:
         """Load a released collection once, however many calls found it released since load number
         `seen`: after a restart a burst of writers and readers then waits for one load instead of
         each starting its own beside the upserts of the others (Milvus Lite drops upserts that race
-        a load; what it drops anyway, `services/memories.repair_vectors` restores)."""
+        a load; what it drops anyway, `services/index_repair.repair_vectors` restores)."""
         attempts = self._load_attempts
         async with self._load_lock:
             if self._loads != seen:

@@ -25,7 +25,7 @@ import httpx
 import psutil
 
 from serve_app.deploy.local_ray import THROUGHPUT_ENV
-from serve_app.embedded.launchers import LOOPBACK, free_listen_port
+from serve_app.embedded.ports import LOOPBACK, free_listen_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SERVE = str(Path(sys.executable).with_name("serve"))

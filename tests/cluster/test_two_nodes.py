@@ -17,7 +17,7 @@ import yaml
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from serve_app.cli import DEFAULT_CONFIG
-from serve_app.embedded.launchers import LOOPBACK, free_listen_port
+from serve_app.embedded.ports import LOOPBACK, free_listen_port
 from tests.cluster.ray_nodes import TwoNodes, start_two_nodes
 
 pytestmark = pytest.mark.serve

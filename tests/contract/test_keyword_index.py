@@ -140,7 +140,7 @@ async def test_memories_of_an_older_analysis_are_indexed_again_resumably(backend
     again from PostgreSQL alone: a chunk at a time, and the memorizer finishes the job at its start."""
 
     from serve_app.core.keywords import ANALYSIS_VERSION
-    from serve_app.services.memories import reindex_keywords
+    from serve_app.services.index_repair import reindex_keywords
     from serve_app.services.sweep import MemorizerSweep
 
     settings = Settings(**backends.env, milvus_collection="kw_reindex")

@@ -13,16 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.embedded.launchers import (
-    LOOPBACK,
-    Backend,
-    _spawn,
-    _wait,
-    free_listen_port,
-    port_open,
-    redis_server_binary,
-    start_redis,
-)
+from serve_app.embedded.backend import Backend, spawn, wait_until_up
+from serve_app.embedded.launchers import redis_server_binary, start_redis
+from serve_app.embedded.ports import LOOPBACK, free_listen_port, port_open
 from serve_app.errors import ReplicaSettingError, ReplicasUnconfirmed
 from serve_app.stores.session_log import SessionLog
 
@@ -52,7 +45,7 @@ def _pair(root: Path, binary: str | None = None) -> tuple[Backend, Backend]:
             info.get("master_link_status") == "up" and not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]
         )
 
-    _wait(synced, replica, 20)
+    wait_until_up(synced, replica, 20)
     return primary, replica
 
 
@@ -64,9 +57,9 @@ def _sentinel(root: Path, primary_port: int) -> tuple[Backend, int]:
         f"sentinel monitor {MASTER} {LOOPBACK} {primary_port} 1\n"
         f"sentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\n"
     )
-    process = _spawn("sentinel", [redis_server_binary(), str(conf), "--sentinel"], root / "sentinel.log")
+    process = spawn("sentinel", [redis_server_binary(), str(conf), "--sentinel"], root / "sentinel.log")
     backend = Backend("sentinel", process, f"redis://{LOOPBACK}:{port}", root / "sentinel.log")
-    _wait(lambda: port_open(port), backend, 20)
+    wait_until_up(lambda: port_open(port), backend, 20)
     return backend, port
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from serve_app.core.records import MemoryRow
 from serve_app.encoding import DOCUMENT_EMBEDDING
-from serve_app.services.memories import delete_memories, reembed_vectors, save_memories
+from serve_app.services.index_repair import reembed_vectors
+from serve_app.services.memory_writes import delete_memories, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 

@@ -13,7 +13,8 @@ from pymilvus import DataType, MilvusClient
 
 from serve_app.core.ids import VECTOR_KEYS
 from serve_app.core.records import MemoryRow
-from serve_app.services.memories import VectorPass, delete_memories, move_vectors, repair_vectors, save_memories
+from serve_app.services.index_repair import VectorPass, move_vectors, repair_vectors
+from serve_app.services.memory_writes import delete_memories, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.vectors import GRPC_OPTIONS, VectorStore, milvus_record, partition_of

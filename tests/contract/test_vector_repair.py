@@ -12,7 +12,8 @@ import pytest
 from serve_app.core.records import MemoryRow
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
-from serve_app.services.memories import delete_memories, repair_vectors, save_memories
+from serve_app.services.index_repair import repair_vectors
+from serve_app.services.memory_writes import delete_memories, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 

@@ -9,7 +9,7 @@ import threading
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 
 
 class RecordingProxy:

@@ -20,8 +20,9 @@ import yaml
 from serve_app.core.compression import SummaryState
 from serve_app.core.tokenizer import count_chat
 from serve_app.deploy.local_ray import ray_temp_dir, start_ray, wait_running
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 from serve_app.llm.client import ChatCall, LLMError, OpenAIChatClient
+from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.summarizer import Summarizer
 
 from .conftest import MODEL_ID, ROOT, STREAM_BATCHING_INTERVAL_MS, tiny_llm_config
@@ -138,6 +139,22 @@ def test_summary_and_extraction_through_the_llm_application(stack):
             assert f"ORD-{700 + i}" in compressed["summary"] and f"${i}.75" in compressed["summary"]
     sent = stack.proxies["ray-serve-llm"].chat_requests()
     assert any(r.get("response_format", {}).get("type") == "json_schema" for r in sent)  # extraction went this way
+
+
+async def test_guided_json_from_the_llm_application_follows_the_schema(stack):
+    """The extraction call as the memorizer sends it, straight to the ray.serve.llm application:
+    guided decoding closes the JSON by itself and it follows the schema. The memorizer skips output
+    that does not after a few attempts, so a moved extraction cursor alone does not show this."""
+    client = OpenAIChatClient(f"{stack.urls['ray-serve-llm']}/llm/v1", MODEL_ID, timeout_s=300)
+    try:
+        turns = [{"seq": 1, "role": "user", "content": "I moved to Lyon and I prefer Go now."}]
+        schema = response_format(1, min_facts=1)  # minItems 1: an empty list proves nothing
+        result = await client.chat(ChatCall(extraction_messages([], turns), max_tokens=300, seed=0, response_format=schema))
+        assert result.finish_reason == "stop", result
+        facts, rejected = parse_extraction(result.text, 1)
+        assert len(facts) + rejected == 1, result.text
+    finally:
+        await client.close()
 
 
 async def test_timeout_falls_back_to_the_extractive_summary(stack):

@@ -12,7 +12,7 @@ from serve_app.cli import DEFAULT_CONFIG
 from serve_app.core.auth import hash_key
 from serve_app.deploy.local_ray import ray_temp_dir, start_serving
 from serve_app.deploy.serve_config import load_serve_config
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 
 # API keys of the test app: tenant "local" (what the other tests use) and more tenants.
 KEY_LOCAL, KEY_B, KEY_SLOW = "key-local-0123456789", "key-tenant-b-0123456789", "key-slow-0123456789"

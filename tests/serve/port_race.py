@@ -13,7 +13,7 @@ import httpx
 from ray.serve.schema import ServeDeploySchema
 
 from serve_app.deploy.local_ray import start_serving, stop_ray
-from serve_app.embedded.launchers import free_listen_port, free_port
+from serve_app.embedded.ports import free_listen_port, free_port
 
 held: list[socket.socket] = []
 

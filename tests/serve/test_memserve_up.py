@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from serve_app.cli import DATA_DIR_MARKER
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 
 from .conftest import wait_memorized
 

@@ -11,7 +11,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("serve_app", "deployments")
+PRODUCT = ("serve_app",)
 
 
 def _name(requirement: str) -> str:

@@ -173,7 +173,7 @@ def test_the_private_serve_calls_that_deploy_a_config_are_where_this_ray_has_the
 def test_side_ports_of_a_local_ray_stay_out_of_the_ephemeral_range():
     """HAProxy binds them after Ray starts: an outgoing connection must not have taken one meanwhile."""
     from serve_app.deploy.local_ray import SIDE_PORT_VARS, throughput_env
-    from serve_app.embedded.launchers import _ephemeral_low
+    from serve_app.embedded.ports import _ephemeral_low
 
     env = throughput_env()
     ports = [int(env[var]) for var in SIDE_PORT_VARS if var in env]
@@ -266,7 +266,7 @@ def _declared_service_metrics() -> set[str]:
     """The metric names the service declares (ray.util.metrics), as Prometheus sees them."""
     import re
 
-    sources = [*(ROOT / "serve_app").rglob("*.py"), *(ROOT / "deployments").rglob("*.py")]
+    sources = [*(ROOT / "serve_app").rglob("*.py")]
     pattern = re.compile(r"metrics\.(Counter|Gauge|Histogram)\(\s*\"(memserve_[a-z_]+)\"")
     names = set()
     for source in sources:
