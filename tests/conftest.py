@@ -1,4 +1,5 @@
-"""Fixtures that start the real embedded servers with the launchers `memserve up` uses."""
+"""Fixtures that start the real embedded servers with the launchers `memserve up` uses, and the real
+embedding model in process."""
 
 from __future__ import annotations
 
@@ -63,3 +64,18 @@ def redis_settings(request) -> dict:
     if request.param == "single":
         return {"REDIS_URL": request.getfixturevalue("backends").env["REDIS_URL"], "redis_cluster": False}
     return {"REDIS_URL": request.getfixturevalue("redis_cluster").url, "redis_cluster": True}
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    """The bundled embedding model, in process (loaded once, by the first test that needs it)."""
+    from serve_app.encoding.sentence import SentenceEncoder
+    from serve_app.settings import Settings
+
+    return SentenceEncoder(threads=1, int8=Settings().embedding_int8)
+
+
+@pytest.fixture(scope="session")
+def embed(encoder):
+    """EmbedMany over the real model, as the Embedder deployment serves it: memories' vectors."""
+    return encoder.encode_documents_async

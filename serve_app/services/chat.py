@@ -12,6 +12,9 @@ Which turns are new comes from their place against the log's tail (`core.chat_hi
 call repeats an earlier one comes from the client (`services/chat_calls.py`): an `Idempotency-Key`, or the openai
 SDK's retry counter. Each new call gets its own id, and its turns and answer get client ids from
 it, so two calls at once both keep their answers and a retry stores nothing twice.
+
+The answer is a `Completion` or a `CompletionStream` (the data of each event, in order): what
+goes on the wire, and how, is the HTTP router's (`api/routers/chat.py`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,12 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from serve_app import schemas
@@ -67,6 +69,30 @@ ANSWER = "answer"
 """The answer's place among a call's turns, for its client id."""
 QUERY_CHARS = 8192
 """The recall query is the newest user turn cut to this: a pasted document is answered, not refused."""
+DONE = "[DONE]"
+"""The data of a stream's last event, as OpenAI ends a stream."""
+
+
+@dataclass
+class Completion:
+    """A call answered whole: the OpenAI completion with its `memory` report."""
+
+    body: dict[str, Any]
+    memory_headers: dict[str, str]
+    """The memory report's session, recalled ids and stored seqs, as X-Memory-* headers."""
+
+
+@dataclass
+class CompletionStream:
+    """A streamed call: the data of each event as it comes (a chunk's JSON, an error's JSON, then
+    `[DONE]` once the answer is stored; a stream the model broke off ends with its error)."""
+
+    events: AsyncGenerator[str, None]
+    memory_headers: dict[str, str]
+    """As of the stream's start: the answer's seq is only in the last chunk's `memory`."""
+
+
+ChatReply = Completion | CompletionStream
 
 
 @dataclass
@@ -285,7 +311,8 @@ async def _resolve(deps: Dependencies, tenant: str, talk: Conversation, retry: c
 
 async def chat_completion(
     deps: Dependencies, caller: Caller, request: ChatCompletionRequest, headers: dict[str, str]
-) -> JSONResponse | StreamingResponse:
+) -> ChatReply:
+    """Answer one chat call from working memory, storing its new turns and its answer."""
     if deps.llm is None:
         raise NoModel()
     started = time.perf_counter()
@@ -358,11 +385,7 @@ async def chat_completion(
             raise _model_error(deps, exc) from exc
         except StopAsyncIteration:
             first = None
-        return StreamingResponse(
-            _stream(deps, first, chunks, report, keeper, started),
-            media_type="text/event-stream",
-            headers=_memory_headers(report) | {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return CompletionStream(_stream(deps, first, chunks, report, keeper, started), _memory_headers(report))
     try:
         completion = await llm.complete(body)
     except LLMError as exc:
@@ -374,7 +397,7 @@ async def chat_completion(
         report.stored_seqs.append(seq)
         out["choices"][0]["message"] = {**out["choices"][0]["message"], **turn}
     out["memory"] = report.model_dump()
-    return JSONResponse(out, headers=_memory_headers(report))
+    return Completion(out, _memory_headers(report))
 
 
 def _memory_headers(report: MemoryReport) -> dict[str, str]:
@@ -413,9 +436,7 @@ def _public(stored: dict[str, Any]) -> dict[str, Any]:
     return turn
 
 
-async def _replay(
-    deps: Dependencies, tenant: str, talk: Conversation, call: _Call, answer_seq: int, stream: bool
-) -> JSONResponse | StreamingResponse:
+async def _replay(deps: Dependencies, tenant: str, talk: Conversation, call: _Call, answer_seq: int, stream: bool) -> ChatReply:
     """The stored answer of a call retried after it was answered, as a completion or a stream."""
     turn = _public((await deps.stores.log.read(tenant, call.session, after=answer_seq - 1, limit=1))[0])
     seqs = [s for s in await deps.stores.log.seqs_of(tenant, call.session, call.ids()) if s is not None]
@@ -429,16 +450,16 @@ async def _replay(
     if not stream:
         choice = {"index": 0, "message": turn, "finish_reason": finish}
         out = head | {"object": "chat.completion", "choices": [choice], "memory": report.model_dump()}
-        return JSONResponse(out, headers=_memory_headers(report))
+        return Completion(out, _memory_headers(report))
 
-    async def events() -> AsyncIterator[str]:
+    async def events() -> AsyncGenerator[str, None]:
         chunk = head | {"object": "chat.completion.chunk"}
-        yield f"data: {json.dumps(chunk | {'choices': [{'index': 0, 'delta': turn, 'finish_reason': None}]})}\n\n"
-        yield f"data: {json.dumps(chunk | {'choices': [{'index': 0, 'delta': {}, 'finish_reason': finish}]})}\n\n"
-        yield f"data: {json.dumps(chunk | {'choices': [], 'memory': report.model_dump()})}\n\n"
-        yield "data: [DONE]\n\n"
+        yield json.dumps(chunk | {"choices": [{"index": 0, "delta": turn, "finish_reason": None}]})
+        yield json.dumps(chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        yield json.dumps(chunk | {"choices": [], "memory": report.model_dump()})
+        yield DONE
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=_memory_headers(report))
+    return CompletionStream(events(), _memory_headers(report))
 
 
 class _Answer:
@@ -476,7 +497,7 @@ async def _stream(
     report: MemoryReport,
     keeper: _Keeper | None,
     started: float,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """Each chunk as the model gives it; then the answer stored, the memory report, [DONE]."""
     answer = _Answer()
     waiting_for_output = True
@@ -496,11 +517,11 @@ async def _stream(
                 if any(answer.add(choice.delta) for choice in chunk.choices) and waiting_for_output:
                     waiting_for_output = False
                     deps.observers.first_token_s(time.perf_counter() - started)
-                yield f"data: {chunk.model_dump_json(exclude_unset=True)}\n\n"
+                yield chunk.model_dump_json(exclude_unset=True)
         except LLMError as exc:  # the model broke off: no partial answer is stored
             ended = True
             error = {"message": str(_model_error(deps, exc)), "type": "server_error", "param": None, "code": None}
-            yield f"data: {json.dumps({'error': error})}\n\n"
+            yield json.dumps({"error": error})
             return
         ended = True
         if keeper is not None:
@@ -509,8 +530,8 @@ async def _stream(
             report.stored_seqs.append((await asyncio.shield(stored))[1])
         tail = {"id": getattr(last, "id", ""), "object": "chat.completion.chunk", "created": getattr(last, "created", 0)}
         tail |= {"model": getattr(last, "model", ""), "choices": [], "memory": report.model_dump()}
-        yield f"data: {json.dumps(tail)}\n\n"
-        yield "data: [DONE]\n\n"
+        yield json.dumps(tail)
+        yield DONE
     finally:
         if not ended:
             deps.observers.stream_abandoned()
