@@ -20,7 +20,7 @@ from serve_app.services.dependencies import Dependencies
 from serve_app.stores.chat_calls import CallRecord
 
 if TYPE_CHECKING:
-    from serve_app.services.chat import Conversation
+    from serve_app.services.chat_conversation import Conversation
 
 MAX_KEY_CHARS = 255
 
