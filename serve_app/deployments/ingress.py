@@ -18,10 +18,10 @@ from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
 from serve_app.api.http import create_http_app
+from serve_app.deployments.redis_metrics import RedisConfirmMetrics
 from serve_app.encoding.query import load_query_encoder
 from serve_app.errors import ServiceError
 from serve_app.llm.client import llm_client
-from serve_app.runtime.redis_metrics import RedisConfirmMetrics
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores

@@ -11,9 +11,9 @@ from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
 
 from serve_app.deploy.autoscaling import LAG, WAITING
+from serve_app.deployments.redis_metrics import RedisConfirmMetrics, sample_replica_lag
 from serve_app.llm.client import llm_client
 from serve_app.runtime.priority import lower_priority
-from serve_app.runtime.redis_metrics import RedisConfirmMetrics, sample_replica_lag
 from serve_app.services.compaction import CompactionOutcome, Redo
 from serve_app.services.memorizer import MemorizeReport
 from serve_app.services.sweep import MemorizerSweep
