@@ -173,10 +173,11 @@ def search(client: httpx.Client, stored: Stored, question: Question, top_k: int)
 
 
 def prompt_evidence(prompt: PromptText, question: Question, stored: Stored) -> tuple[list[bool], list[bool]]:
-    """For each source message: any passage of it quoted; its answer passage quoted."""
+    """For each source message: any passage of it quoted (its answer passage is one); its answer
+    passage quoted."""
     texts = [stored.by_id[s].content for s in question.sources]
-    anywhere = [prompt.quotes_any(text, stored.corpus) for text in texts]
     answering = [prompt.quotes_passage(answer_passage(text, question.answer)[1]) for text in texts]
+    anywhere = [found or prompt.quotes_any(text, stored.corpus) for text, found in zip(texts, answering, strict=True)]
     return anywhere, answering
 
 
@@ -293,7 +294,13 @@ def summarize(rows: list[dict], modes: Iterable[str], budgets: list[int]) -> dic
     keys += [f"{what}@{b}" for b in budgets for what in ("any", "answer", "memory tokens", "total tokens")]
 
     def figures(group: list[dict]) -> dict:
-        return {"questions": len(group), **{key: mean(group, key) for key in keys if group and key in group[0]}}
+        # A question naming more than 10 messages cannot reach recall@10 = 1: the most it can reach.
+        ceiling = statistics.fmean(min(1.0, 10 / len(r["sources"])) for r in group) if group else float("nan")
+        return {
+            "questions": len(group),
+            "recall@10 ceiling": ceiling,
+            **{key: mean(group, key) for key in keys if group and key in group[0]},
+        }
 
     groups = {"all": rows, **{name: [r for r in rows if r["ability"] == ability] for ability, name in ABILITIES.items()}}
     out: dict = {"by_ability": {name: figures(group) for name, group in groups.items() if group}}
