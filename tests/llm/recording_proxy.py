@@ -20,6 +20,7 @@ class RecordingProxy:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
@@ -44,7 +45,8 @@ class RecordingProxy:
         """Stop, and close the connections to the model of requests still in flight (a memorizer's
         call when its service went away): the endpoint waits for every open connection before it
         shuts down, a minute before it is killed."""
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     def _serve(self) -> None:
