@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 
-from serve_app.embedded.launchers import free_port
+from serve_app.embedded.ports import free_port
 
 
 class EndpointGate:
