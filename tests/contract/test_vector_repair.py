@@ -41,13 +41,8 @@ def milvus(request, tmp_path) -> Iterator[Milvus]:
         yield Milvus("server", request.getfixturevalue("milvus_server").url, None)
         return
     own = OwnMilvus(tmp_path / "milvus")
-
-    def restart() -> None:
-        own.stop()
-        own.restart()
-
-    yield Milvus("lite", own.url, restart)
-    own.stop()
+    yield Milvus("lite", own.url, own.restart)
+    own.discard()
 
 
 async def test_lost_vectors_come_back_and_deleted_ones_stay_gone(backends, fresh_dsn, encoder: SentenceEncoder, milvus: Milvus):
