@@ -521,6 +521,7 @@ def main() -> None:
     parser.add_argument("--steady-s", type=float, default=4.0, help="Load before the first fault and after each recovery.")
     parser.add_argument("--data-dir", type=Path, default=None, help="Where its servers keep data (default: a temp dir).")
     parser.add_argument("--llm-python", type=Path, default=LLM_VENV_PYTHON, help="A Python with vLLM for the LLM endpoint.")
+    parser.add_argument("--model-dir", type=Path, default=None, help="The tiny Qwen2, built (default: built in the data dir).")
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
     parser.add_argument("--milvus-engine", choices=MILVUS_ENGINES, default="lite", help="Embedded Milvus to kill.")
     args = parser.parse_args()
@@ -534,7 +535,8 @@ def main() -> None:
     started = time.monotonic()
     try:
         if has_vllm(args.llm_python):
-            llm = OpenAIServer(make_tiny_model(data_dir / "tiny-qwen"), data_dir / "vllm.log", python=args.llm_python)
+            model = str(args.model_dir) if args.model_dir else make_tiny_model(data_dir / "tiny-qwen")
+            llm = OpenAIServer(model, data_dir / "vllm.log", python=args.llm_python)
             print(f"LLM endpoint (vLLM, tiny Qwen2) up in {llm.start():.0f}s", flush=True)
         else:
             print(f"no vLLM at {args.llm_python}: the LLM fault is skipped (bash scripts/llm_env.sh makes one)", flush=True)

@@ -114,6 +114,9 @@ def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: in
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # SIGTERM stops a node only when a test is over: no traffic is left for Ray to drain it of
+        # (it would wait 30 s for a head whose Serve replicas never go idle).
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
         **AUTH_ENV,
     }
     env.pop("RAY_ADDRESS", None)

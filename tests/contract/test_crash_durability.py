@@ -20,6 +20,7 @@ from serve_app.services.memory_writes import save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.vectors import VectorStore
+from tests.contract.own_milvus import OwnMilvus
 
 TEXTS = [f"Note {i}: the parcel P-{1000 + i} goes to locker {i % 7}." for i in range(50)]
 
@@ -82,6 +83,7 @@ def test_kill_minus_nine_then_restart_and_repair_finds_everything(tmp_path, enco
             servers.restart(name)
         meta, history, lost_in_crash, repaired, missing, top = asyncio.run(_read(servers.env, encoder))
     finally:
+        servers.backends["milvus"].kill()  # a Milvus server's own shutdown often hangs out the 5 s grace of a stop
         servers.stop()
     assert meta.message_count == 50 and meta.covers_upto_seq == 10 and meta.summary == "sum"
     assert history == ["v1", "v2"]
@@ -95,16 +97,16 @@ def test_kill_minus_nine_then_restart_and_repair_finds_everything(tmp_path, enco
 def test_an_open_vector_store_reads_again_after_milvus_restarts(tmp_path, engine):
     """A restarted Milvus Lite has forgotten every load, a restarted server reloads on its own: the
     store reads again either way, without a new client."""
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine=engine).start()
+    milvus = OwnMilvus(tmp_path / "data", engine)
 
     async def scenario() -> tuple[int, int]:
-        vectors = await asyncio.to_thread(VectorStore, servers.env["MILVUS_URI"], "reopen", 4)
+        vectors = await asyncio.to_thread(VectorStore, milvus.url, "reopen", 4)
         try:
             await vectors.upsert(
                 [MemoryRow(f"r{i}", "t", "u", "s", i, "user", "turn", "x", 0, [1, 0, 0, i / 9]) for i in range(9)]
             )
-            servers.backends["milvus"].kill()
-            await asyncio.to_thread(servers.restart, "milvus")
+            milvus.backend.kill()
+            await asyncio.to_thread(milvus.restart)
             for _ in range(50):  # the client reconnects on its own; early calls may still see the restart
                 try:
                     hits = await vectors.search_dense("t", "u", [1, 0, 0, 0], limit=20)
@@ -118,7 +120,7 @@ def test_an_open_vector_store_reads_again_after_milvus_restarts(tmp_path, engine
     try:
         found, listed = asyncio.run(scenario())
     finally:
-        servers.stop()
+        milvus.discard()
     assert (found, listed) == (9, 9)
 
 
@@ -126,14 +128,14 @@ def test_a_milvus_server_stalled_for_seconds_serves_again(tmp_path):
     """A process starved of CPU for a while (a busy two-core machine) stops renewing its components'
     etcd sessions; past the session TTL they are revoked, and the server exits or answers "service
     not ready" until someone restarts it. Here it is stopped outright (SIGSTOP) for 15 s, then resumed."""
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="server").start()
+    milvus = OwnMilvus(tmp_path / "data", "server")
 
     async def scenario() -> int:
-        vectors = await asyncio.to_thread(VectorStore, servers.env["MILVUS_URI"], "stall", 4)
+        vectors = await asyncio.to_thread(VectorStore, milvus.url, "stall", 4)
         try:
             rows = [MemoryRow(f"r{i}", "t", "u", "s", i, "user", "turn", "x", 0, [1, 0, 0, i / 9]) for i in range(9)]
             await vectors.upsert(rows)
-            group = servers.backends["milvus"].process.pid
+            group = milvus.backend.process.pid
             os.killpg(group, signal.SIGSTOP)
             await asyncio.sleep(15)
             os.killpg(group, signal.SIGCONT)
@@ -151,7 +153,7 @@ def test_a_milvus_server_stalled_for_seconds_serves_again(tmp_path):
     try:
         missing = asyncio.run(scenario())
     finally:
-        servers.stop()
+        milvus.discard()
     assert missing == 0
 
 
@@ -234,9 +236,9 @@ def test_a_milvus_that_does_not_answer_is_answered_within_the_bound(tmp_path):
     long as a client's whole timeout. (A dead Milvus refuses connections and fails fast anyway.)"""
     from serve_app.stores.vectors import RPC_TIMEOUT_S
 
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
+    own = OwnMilvus(tmp_path / "data")
     row = _race_row(0, 1, [1, 0, 0, 0])
-    milvus = servers.backends["milvus"].process
+    milvus = own.backend.process
 
     async def failing_within(call) -> float:
         started = time.monotonic()
@@ -249,7 +251,7 @@ def test_a_milvus_that_does_not_answer_is_answered_within_the_bound(tmp_path):
         raise AssertionError("a call to a Milvus that is down succeeded")
 
     async def scenario() -> tuple[float, float]:
-        vectors = await asyncio.to_thread(VectorStore, servers.env["MILVUS_URI"], "down", 4)
+        vectors = await asyncio.to_thread(VectorStore, own.url, "down", 4)
         try:
             await vectors.upsert([row])
             os.kill(milvus.pid, signal.SIGSTOP)
@@ -263,5 +265,5 @@ def test_a_milvus_that_does_not_answer_is_answered_within_the_bound(tmp_path):
         write_s, read_s = asyncio.run(scenario())
     finally:
         os.kill(milvus.pid, signal.SIGCONT)
-        servers.stop()
+        own.discard()
     assert write_s <= 2 * RPC_TIMEOUT_S and read_s <= 2 * RPC_TIMEOUT_S, (write_s, read_s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
 import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient
@@ -20,19 +19,6 @@ from serve_app.stores.bundle import Stores
 from serve_app.stores.vectors import GRPC_OPTIONS, VectorStore, milvus_record, partition_of
 
 LEGACY_PARTITIONS = 4
-
-
-@pytest.fixture
-async def fresh_dsn(backends) -> str:
-    """A database of its own on the session's PostgreSQL: a repair walks every user of its database."""
-    dsn = backends.env["POSTGRES_DSN"]
-    name = "keys_" + uuid.uuid4().hex[:8]
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f"CREATE DATABASE {name}")
-    finally:
-        await conn.close()
-    return f"{dsn.rsplit('/', 1)[0]}/{name}"
 
 
 async def test_repair_skips_a_memory_no_milvus_row_holds_and_goes_on(backends, fresh_dsn, embed):

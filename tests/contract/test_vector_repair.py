@@ -4,43 +4,49 @@ memory deleted meanwhile does not."""
 
 from __future__ import annotations
 
-import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from serve_app.core.records import MemoryRow
-from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.index_repair import repair_vectors
 from serve_app.services.memory_writes import delete_memories, save_memories
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
+from tests.contract.own_milvus import OwnMilvus
 
 
-@pytest.fixture(scope="module")
-def encoder() -> SentenceEncoder:
-    return SentenceEncoder(threads=1, int8=Settings().embedding_int8)
-
-
-async def _stores(env: dict) -> Stores:
-    settings = Settings(
-        redis_url=env["REDIS_URL"], postgres_dsn=env["POSTGRES_DSN"], milvus_uri=env["MILVUS_URI"], milvus_collection="repair"
-    )
+async def _stores(redis_url: str, postgres_dsn: str, milvus_uri: str) -> Stores:
+    """Stores on a database of the test's own (a repair walks every user of its database) and a
+    collection of its own."""
+    collection = "repair_" + uuid.uuid4().hex[:8]
+    settings = Settings(redis_url=redis_url, postgres_dsn=postgres_dsn, milvus_uri=milvus_uri, milvus_collection=collection)
     return await Stores.connect(settings)
 
 
-@pytest.mark.parametrize("engine", ["lite", "server"])
-def test_lost_vectors_come_back_and_deleted_ones_stay_gone(tmp_path, encoder: SentenceEncoder, engine: str):
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine=engine).start()
-    try:
-        asyncio.run(_scenario(servers, encoder, engine))
-    finally:
-        servers.stop()
+class Milvus(NamedTuple):
+    engine: str
+    url: str
+    restart: Callable[[], None] | None  # None: the session's, which no test restarts
 
 
-async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine: str) -> None:
-    stores = await _stores(servers.env)
+@pytest.fixture(params=["lite", "server"])
+def milvus(request, tmp_path) -> Iterator[Milvus]:
+    """A Milvus Lite of the test's own, which it restarts, or the session's Milvus server."""
+    if request.param == "server":
+        yield Milvus("server", request.getfixturevalue("milvus_server").url, None)
+        return
+    own = OwnMilvus(tmp_path / "milvus")
+    yield Milvus("lite", own.url, own.restart)
+    own.discard()
+
+
+async def test_lost_vectors_come_back_and_deleted_ones_stay_gone(backends, fresh_dsn, encoder: SentenceEncoder, milvus: Milvus):
+    stores = await _stores(backends.env["REDIS_URL"], fresh_dsn, milvus.url)
     try:
         texts = [f"user a said thing number {i} about the trip to Lisbon" for i in range(30)]
         rows = [
@@ -65,12 +71,11 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine:
         top = await stores.vectors.search_dense_ids("t", "a", encoder.encode([texts[3]])[0], limit=1)
         assert top[0][0] == "m3" and top[0][1] == pytest.approx(1.0, abs=1e-3)
 
-        if engine == "lite":
+        if milvus.engine == "lite":
             # A restarted Milvus Lite has released the collection: the client loads it again at the
             # next read and counts it, so the memorizer repairs what Milvus Lite lost. (A restarted
             # server loads its collections itself and keeps what it acknowledged: test_crash_durability.)
-            servers.backends["milvus"].stop()
-            servers.restart("milvus")
+            milvus.restart()
             await stores.vectors.fetch("t", "a", ["m1"])  # a read: the client reloads the collection
             assert await stores.milvus_reloads() > reloads
         found = await stores.vectors.fetch("t", "a", [f"m{i}" for i in range(20)])
@@ -79,32 +84,24 @@ async def _scenario(servers: EmbeddedBackends, encoder: SentenceEncoder, engine:
         await stores.close()
 
 
-def test_repair_keeps_text_and_origin(tmp_path, encoder: SentenceEncoder):
-    servers = EmbeddedBackends(tmp_path / "data", Ports.free()).start()
+async def test_repair_keeps_text_and_origin(backends, fresh_dsn, encoder: SentenceEncoder):
+    stores = await _stores(backends.env["REDIS_URL"], fresh_dsn, backends.env["MILVUS_URI"])
     try:
-
-        async def run() -> None:
-            stores = await _stores(servers.env)
-            try:
-                row = MemoryRow("x1", "t", "u", "sess", 5, "assistant", "turn", "Ticket T-9 is open", 1_700_000_123_000, [])
-                row.vector = encoder.encode([row.text])[0]
-                await save_memories(stores, [row])
-                await stores.vectors.delete(tenant_id="t", id="x1")
-                assert (await repair_vectors(stores, encoder.encode_documents_async)).written == 1
-                (hit,) = await stores.vectors.fetch("t", "u", ["x1"])
-                assert (hit.text, hit.session_id, hit.seq, hit.role, hit.kind, hit.created_at_ms) == (
-                    row.text,
-                    "sess",
-                    5,
-                    "assistant",
-                    "turn",
-                    row.created_at_ms,
-                )
-                got = np.array((await stores.vectors.search_dense_ids("t", "u", row.vector, limit=1))[0][1])
-                assert float(got) == pytest.approx(1.0, abs=1e-3)
-            finally:
-                await stores.close()
-
-        asyncio.run(run())
+        row = MemoryRow("x1", "t", "u", "sess", 5, "assistant", "turn", "Ticket T-9 is open", 1_700_000_123_000, [])
+        row.vector = encoder.encode([row.text])[0]
+        await save_memories(stores, [row])
+        await stores.vectors.delete(tenant_id="t", id="x1")
+        assert (await repair_vectors(stores, encoder.encode_documents_async)).written == 1
+        (hit,) = await stores.vectors.fetch("t", "u", ["x1"])
+        assert (hit.text, hit.session_id, hit.seq, hit.role, hit.kind, hit.created_at_ms) == (
+            row.text,
+            "sess",
+            5,
+            "assistant",
+            "turn",
+            row.created_at_ms,
+        )
+        got = np.array((await stores.vectors.search_dense_ids("t", "u", row.vector, limit=1))[0][1])
+        assert float(got) == pytest.approx(1.0, abs=1e-3)
     finally:
-        servers.stop()
+        await stores.close()

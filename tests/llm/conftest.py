@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.vllm_server import MODEL_ID, STRUCTURED_OUTPUTS, VLLM_ENV, OpenAIServer, make_tiny_model
+from bench.vllm_server import MODEL_ID, STRUCTURED_OUTPUTS, VLLM_ENV, OpenAIServer
+from tests.tiny_model import tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM_BATCHING_INTERVAL_MS = 10  # as configs/cluster.yaml: chunks reach a streaming client as they come
@@ -39,8 +40,8 @@ def tiny_llm_config(model_dir: str) -> dict:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(data_root) -> str:
-    return make_tiny_model(data_root / "tiny-qwen")
+def tiny_model() -> str:
+    return str(tiny_model_dir())
 
 
 @pytest.fixture(scope="session")

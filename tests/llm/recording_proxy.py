@@ -20,6 +20,7 @@ class RecordingProxy:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
@@ -41,13 +42,18 @@ class RecordingProxy:
         return self
 
     def stop(self) -> None:
+        """Stop, and close the connections to the model of requests still in flight (a memorizer's
+        call when its service went away): the endpoint waits for every open connection before it
+        shuts down, a minute before it is killed."""
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_route("*", "/v1/{tail:.*}", self._forward)
-        runner = web.AppRunner(app)
+        self._runner = runner = web.AppRunner(app, shutdown_timeout=1)  # then in-flight requests are cancelled
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
         self._ready.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,6 +17,7 @@ from serve_app.stores.bundle import Stores
 from tests.lanes import BothLanes
 
 from .conftest import MODEL_ID
+from .endpoint_gate import EndpointGate
 
 
 @pytest.fixture
@@ -70,9 +72,17 @@ async def test_guided_extraction_returns_schema_valid_json(openai_server):
         await client.close()
 
 
-async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
+@pytest.fixture
+def gated_endpoint(openai_server) -> Iterator[EndpointGate]:
+    """The session's vLLM server behind a gate: an outage of it is the gate closing."""
+    gate = EndpointGate(openai_server.port).start()
+    yield gate
+    gate.stop()
+
+
+async def test_summary_outage_fallback_and_redo(gated_endpoint, stores, embed):
     settings = _settings()
-    client = OpenAIChatClient(openai_server.base_url, MODEL_ID, timeout_s=120)
+    client = OpenAIChatClient(gated_endpoint.base_url, MODEL_ID, timeout_s=120)
     memorizer = BothLanes(MemorizerSweep(stores, embed, settings, client))
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
     turns = [f"Order ORD-{100 + i} costs ${i}.25 and ships 2024-03-{i + 1:02d}." for i in range(10)]
@@ -92,7 +102,7 @@ async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
             assert item in meta.summary  # the random model drops them; pinning puts them back
     assert meta.extracted_upto_seq == 6
 
-    openai_server.stop()
+    gated_endpoint.close()  # the endpoint is down: refused, open connections closed
     try:
         with pytest.raises(LLMError):
             await client.chat(ChatCall([{"role": "user", "content": "hi"}], max_tokens=4))
@@ -104,7 +114,7 @@ async def test_summary_outage_fallback_and_redo(openai_server, stores, embed):
         assert meta.summary_degraded and meta.extracted_upto_seq == 6  # no skipped work
         assert ("local", session) in await stores.log.llm_pending(limit=10_000)
     finally:
-        openai_server.start()
+        gated_endpoint.open()  # back on the same address
 
     report = await memorizer.memorize("local", session)
     assert report.redone is Redo.REDONE

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,7 @@ class MemserveUp:
         self.port = free_port()
         self.ports = [str(free_port()) for _ in range(3)]
         self.process: subprocess.Popen | None = None
+        self.first_start_s = 0.0
         self.log = data_dir.parent / "memserve-up.log"
 
     def start(self, timeout_s: float = 180) -> float:
@@ -60,21 +62,106 @@ class MemserveUp:
             time.sleep(0.5)
         raise AssertionError("memserve up did not become healthy:\n" + self.log.read_text()[-3000:])
 
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def stop(self, timeout_s: float = 90) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout_s)
 
+    def down(self, timeout_s: float = 120) -> subprocess.CompletedProcess:
+        """`memserve down`, with `up` reaped here as it exits, as the shell that started it would:
+        `down` waits until the pid is gone, and an exited child nobody waited for keeps its pid."""
+        argv = [sys.executable, "-m", "serve_app.cli", "down", "--data-dir", str(self.data_dir)]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as down:
+            if self.process is not None:
+                try:
+                    self.process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    pass  # `down` kills it once its own wait is over
+            stdout, stderr = down.communicate(timeout=timeout_s)
+        return subprocess.CompletedProcess(argv, down.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def shared_up(tmp_path_factory) -> Iterator[MemserveUp]:
+    """One data dir for the tests that need `up` running: they share its start (a minute or more)."""
+    instance = MemserveUp(tmp_path_factory.mktemp("memserve-up") / "data")
+    yield instance
+    instance.down()
+
 
 @pytest.fixture
-def up(tmp_path):
+def running_up(shared_up: MemserveUp) -> MemserveUp:
+    """The shared instance, started if no test before left it running."""
+    if not shared_up.running():
+        shared_up.first_start_s = shared_up.start()
+    return shared_up
+
+
+@pytest.fixture
+def up(tmp_path) -> Iterator[MemserveUp]:
     instance = MemserveUp(tmp_path / "data")
     yield instance
-    subprocess.run([sys.executable, "-m", "serve_app.cli", "down", "--data-dir", str(instance.data_dir)], timeout=120)
+    instance.down()
 
 
-def test_restart_on_same_data_dir_finds_everything(up):
-    first_start = up.start()
+def test_sigterm_while_starting_leaves_nothing_behind(up):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")}
+    argv = [
+        sys.executable, "-m", "serve_app.cli", "up", "--data-dir", str(up.data_dir), "--port", str(up.port),
+        "--metrics-port", "0", "--redis-port", up.ports[0], "--postgres-port", up.ports[1], "--milvus-port", up.ports[2],
+    ]  # fmt: skip
+    with open(up.log, "ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 120
+    while "deploying " not in up.log.read_text() and time.monotonic() < deadline:
+        assert process.poll() is None, up.log.read_text()[-3000:]
+        time.sleep(0.1)  # signal it while Serve is still deploying
+    before = up.log.read_text()
+    assert "deploying " in before and "ready in" not in before, "the signal must land while Serve deploys"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(90) == 0
+    after = up.log.read_text()
+    assert "stopped" in after
+    assert _leftovers(up.data_dir) == []
+
+
+def test_a_backend_that_dies_is_started_again_and_keeps_its_data(running_up):
+    """`memserve up` supervises its servers: Redis killed with SIGKILL (a crash, an OOM kill) is
+    started again on its data dir, and the session acknowledged before the crash reads back."""
+    up = running_up
+    base = f"http://127.0.0.1:{up.port}"
+    with httpx.Client(base_url=base, timeout=30) as client:
+        turns = [{"role": "user", "content": "Ticket T-77 stays open until Friday."}]
+        client.post("/v1/sessions/crash/messages", json={"user_id": "kim", "messages": turns}).raise_for_status()
+        redis_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
+        os.killpg(redis_pid, signal.SIGKILL)
+        deadline, page = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            try:
+                response = client.get("/v1/sessions/crash/messages")
+                if response.status_code == 200:
+                    page = response.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        assert page is not None, "Redis was not started again:\n" + up.log.read_text()[-3000:]
+        assert [m["content"] for m in page["messages"]] == [t["content"] for t in turns]
+        assert "redis exited" in up.log.read_text()
+        # Redis answers before `up` has rewritten backends.json: its log line comes after the file.
+        deadline = time.monotonic() + 30
+        while "redis started again" not in up.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "redis started again" in up.log.read_text(), up.log.read_text()[-3000:]
+        new_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
+        assert new_pid != redis_pid
+
+
+def test_restart_on_same_data_dir_finds_everything(running_up):
+    up = running_up
     base = f"http://127.0.0.1:{up.port}"
     with httpx.Client(base_url=base, timeout=60) as client:
         turns = [
@@ -106,66 +193,8 @@ def test_restart_on_same_data_dir_finds_everything(up):
         assert client.get("/v1/users/pat/memories", params={"limit": 1000}).json() == memories_before
         hits = client.post("/v1/users/pat/memories/search", json={"query": "what does Pat drink?", "top_k": 1}).json()
         assert hits[0]["text"] == "Pat likes green tea."
-    result = subprocess.run(
-        [sys.executable, "-m", "serve_app.cli", "down", "--data-dir", str(up.data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = up.down()
     assert result.returncode == 0, result.stderr
     up.process.wait(30)
     assert _leftovers(up.data_dir) == []
-    print(f"\nmemserve up start-up: first {first_start:.1f}s, restart {second_start:.1f}s")
-
-
-def test_sigterm_while_starting_leaves_nothing_behind(up):
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")}
-    argv = [
-        sys.executable, "-m", "serve_app.cli", "up", "--data-dir", str(up.data_dir), "--port", str(up.port),
-        "--metrics-port", "0", "--redis-port", up.ports[0], "--postgres-port", up.ports[1], "--milvus-port", up.ports[2],
-    ]  # fmt: skip
-    with open(up.log, "ab") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 120
-    while "deploying " not in up.log.read_text() and time.monotonic() < deadline:
-        assert process.poll() is None, up.log.read_text()[-3000:]
-        time.sleep(0.1)  # signal it while Serve is still deploying
-    before = up.log.read_text()
-    assert "deploying " in before and "ready in" not in before, "the signal must land while Serve deploys"
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(90) == 0
-    after = up.log.read_text()
-    assert "stopped" in after
-    assert _leftovers(up.data_dir) == []
-
-
-def test_a_backend_that_dies_is_started_again_and_keeps_its_data(up):
-    """`memserve up` supervises its servers: Redis killed with SIGKILL (a crash, an OOM kill) is
-    started again on its data dir, and the session acknowledged before the crash reads back."""
-    up.start()
-    base = f"http://127.0.0.1:{up.port}"
-    with httpx.Client(base_url=base, timeout=30) as client:
-        turns = [{"role": "user", "content": "Ticket T-77 stays open until Friday."}]
-        client.post("/v1/sessions/crash/messages", json={"user_id": "kim", "messages": turns}).raise_for_status()
-        redis_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
-        os.killpg(redis_pid, signal.SIGKILL)
-        deadline, page = time.monotonic() + 60, None
-        while time.monotonic() < deadline:
-            try:
-                response = client.get("/v1/sessions/crash/messages")
-                if response.status_code == 200:
-                    page = response.json()
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        assert page is not None, "Redis was not started again:\n" + up.log.read_text()[-3000:]
-        assert [m["content"] for m in page["messages"]] == [t["content"] for t in turns]
-        assert "redis exited" in up.log.read_text()
-        # Redis answers before `up` has rewritten backends.json: its log line comes after the file.
-        deadline = time.monotonic() + 30
-        while "redis started again" not in up.log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "redis started again" in up.log.read_text(), up.log.read_text()[-3000:]
-        new_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
-        assert new_pid != redis_pid
+    print(f"\nmemserve up start-up: first {up.first_start_s:.1f}s, restart {second_start:.1f}s")
