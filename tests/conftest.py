@@ -79,3 +79,14 @@ def encoder():
 def embed(encoder):
     """EmbedMany over the real model, as the Embedder deployment serves it: memories' vectors."""
     return encoder.encode_documents_async
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """A `ScriptedUpstream` (TEST DOUBLE of the model endpoint) for one module's chat tests; a module
+    that needs another window overrides it."""
+    from tests.doubles import ScriptedUpstream
+
+    started = ScriptedUpstream().start()
+    yield started
+    started.stop()

@@ -13,17 +13,9 @@ import pytest
 
 from serve_app.core.auth import hash_key
 from tests.contract.chat_app import chat_app
-from tests.doubles import ScriptedUpstream
 
 URL = "/v1/chat/completions"
 KEY, KEY_PAIR = "key-chat-limited-" + uuid.uuid4().hex, "key-chat-pair-" + uuid.uuid4().hex
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    started = ScriptedUpstream().start()
-    yield started
-    started.stop()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -225,13 +224,6 @@ def _wire(turn: dict[str, Any]) -> dict[str, Any]:
 
 def _turn(stored: dict[str, Any]) -> dict[str, Any]:
     return {k: stored[k] for k in ("role", "content", "name", "tool_call_id", "tool_calls") if stored.get(k) is not None}
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    started = ScriptedUpstream().start()
-    yield started
-    started.stop()
 
 
 def test_every_sequence_of_chat_calls_keeps_each_turn_once_and_each_answer(backends, embed, upstream):

@@ -13,15 +13,7 @@ from serve_app.chat_schemas import ChatCompletionRequest
 from serve_app.schemas import MemoryIn
 from serve_app.services.chat import DONE, Completion, CompletionStream, chat_completion
 from serve_app.services.memories import add_memory
-from tests.doubles import ScriptedUpstream
 from tests.services.seed import new_id
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    started = ScriptedUpstream().start()
-    yield started
-    started.stop()
 
 
 @pytest.fixture
