@@ -1,0 +1,40 @@
+"""Process liveness as `memserve down` and the launchers read it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from serve_app.runtime.processes import pid_alive
+
+
+def _exited_unreaped() -> subprocess.Popen:
+    """A child that has exited and that nobody has reaped yet (a zombie): what `memserve down` meets
+    when the process that started `up` has not waited on it."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # wait for the exit, leave it unreaped
+    return child
+
+
+def test_a_running_process_is_alive_and_a_reaped_one_is_not():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid)
+
+
+def test_an_exited_process_nobody_reaped_is_not_alive():
+    child = _exited_unreaped()
+    try:
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait()
+
+
+def test_no_pid_is_not_alive():
+    assert not pid_alive(0)
+    assert not pid_alive(-1)
