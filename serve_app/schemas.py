@@ -129,7 +129,9 @@ class ToolCall(Strict):
 
 class MessageIn(Strict):
     role: Role = Field(description="Who spoke: user, assistant, tool (a tool's result) or system.")
-    content: BoundedText = Field("", description="The text of the turn (at most 64 KiB).")
+    content: StorableText = Field(
+        "", description="The text of the turn, stored whole: any length the request body holds (max_body_bytes)."
+    )
     id: str | None = Field(None, pattern=ID_PATTERN, description="Client message id: a retry with the same id is stored once.")
     created_at: Instant | None = Field(None, description="When the turn happened (naive = UTC); defaults to now.")
     name: StorableText | None = Field(None, max_length=128, description="Name of the speaker or the tool.")
@@ -285,6 +287,8 @@ class SearchHit(BaseModel):
     session_id: str
     seq: int
     created_at: datetime
+    part: int | None = Field(None, description="A passage of a long turn: its place in the turn, from 1 (else null).")
+    parts: int | None = Field(None, description="A passage of a long turn: how many passages the turn has (else null).")
 
 
 class ContextResponse(BaseModel):

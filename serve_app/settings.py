@@ -173,6 +173,12 @@ class Settings(BaseSettings):
         2, ge=0, le=8, description="Turns before a memory indexed with its keywords (a reply is found through its question)."
     )
     recall_keyword_self_weight: int = Field(2, ge=1, le=4, description="Times a memory's own words count in its keyword text.")
+    memory_whole_chars: int = Field(
+        1000, ge=200, description="A turn up to this many characters is one memory; a longer one is remembered as passages."
+    )
+    memory_passage_chars: int = Field(
+        600, ge=100, description="Length a long turn's passages are cut to, at paragraph and sentence breaks."
+    )
     query_embedding: Literal["local", "deployment"] = Field(
         "local",
         description="local: the ingress embeds queries itself (no Serve hop on the recall path); "
@@ -257,6 +263,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "llm_mode ray-serve-llm needs llm_base_url: the route of the ray.serve.llm application, "
                 "e.g. http://127.0.0.1:8000/llm/v1 (configs/cluster.yaml)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _passages_shorter_than_a_whole_turn(self) -> Settings:
+        if self.memory_passage_chars >= self.memory_whole_chars:
+            raise ValueError(
+                f"memory_passage_chars ({self.memory_passage_chars}) must be below memory_whole_chars "
+                f"({self.memory_whole_chars}): a turn is cut into passages only when it is longer than one"
             )
         return self
 

@@ -144,6 +144,10 @@ class SearchHit(_Model):
     session_id: str
     seq: int
     created_at: datetime
+    part: int | None = None
+    """A passage of a long turn: its place in the turn, from 1."""
+    parts: int | None = None
+    """A passage of a long turn: how many passages the turn has."""
 
 
 class ContextResponse(_Model):

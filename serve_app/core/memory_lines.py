@@ -3,8 +3,10 @@
 Memories are chosen in rank order (the budget does that), but shown as a timeline: one group per
 session and date, the date written once per group, turns in their order, and neighbouring turns of
 one exchange in one bullet, so a reply ("Yes, last Tuesday!") sits under the question it answers.
-A memory that says what a chosen one already says (the same words, whatever their case,
-punctuation or spacing) is not shown twice.
+Passages of one long turn (core/passages.py) are quoted in one bullet, in their order, under the
+turn's role: neighbours read as one text, a gap between them is marked "…", and so is a turn that
+goes on before or after what is quoted. A memory that says what a chosen one already says (the
+same words, whatever their case, punctuation or spacing) is not shown twice.
 """
 
 from __future__ import annotations
@@ -30,10 +32,35 @@ class MemoryItem(NamedTuple):
     session: str
     seq: int
     kind: str = "turn"
+    part: int = 0
+    """A passage of a long turn: its place in the turn, from 1; 0 for a whole memory."""
+    parts: int = 0
+    speaker: str = ""
+    """A passage: the turn's role."""
+    body: str = ""
+    """A passage: its text alone."""
 
     @property
     def group(self) -> tuple[str, str]:
         return (self.day, self.session)
+
+
+def passage_item(speaker: str, body: str, day: str, session: str, seq: int, part: int, parts: int) -> MemoryItem:
+    """A passage as the prompt shows it when it is quoted alone."""
+    return MemoryItem(quote(speaker, [(part, body)], parts), day, session, seq, "turn", part, parts, speaker, body)
+
+
+def quote(speaker: str, passages: Sequence[tuple[int, str]], parts: int) -> str:
+    """`speaker: text` of passages of one turn (part, body), in order: "…" where the turn goes on
+    before, between or after them."""
+    pieces = ["… "] if passages[0][0] > 1 else []
+    for i, (part, body) in enumerate(passages):
+        if i:
+            pieces.append(" " if part == passages[i - 1][0] + 1 else " … ")
+        pieces.append(body)
+    if passages[-1][0] < parts:
+        pieces.append(" …")
+    return f"{speaker}: {''.join(pieces)}"
 
 
 def duplicate_key(text: str) -> str:
@@ -67,7 +94,11 @@ def bullet(text: str) -> str:
     return f"\n- {text}"
 
 
-_TIMELINE_ORDER = itemgetter(1, 2, 3)  # day, session, seq
+_TIMELINE_ORDER = itemgetter(1, 2, 3, 5)  # day, session, seq, part
+
+
+def _same_turn(a: MemoryItem, b: MemoryItem) -> bool:
+    return bool(a.part) and (a.day, a.session, a.seq, a.parts, a.speaker) == (b.day, b.session, b.seq, b.parts, b.speaker)
 
 
 def render(items: Sequence[MemoryItem]) -> str:
@@ -77,10 +108,21 @@ def render(items: Sequence[MemoryItem]) -> str:
     parts = [MEMORIES_HEADER]
     group: tuple[str, str] | None = None
     follows_from: tuple[str, int] | None = None  # (kind, seq) of the line before, in this group
-    for text, day, session, seq, kind in sorted(items, key=_TIMELINE_ORDER):
-        if (day, session) != group:
-            group, follows_from = (day, session), None
-            parts.append(group_header(day))
-        parts.append(f"\n  {text}" if kind == "turn" and follows_from == ("turn", seq - 1) else bullet(text))
-        follows_from = (kind, seq)
+    ordered = sorted(items, key=_TIMELINE_ORDER)
+    i = 0
+    while i < len(ordered):
+        item = ordered[i]
+        text, run = item.text, 1
+        if item.part:  # the passages of this turn chosen with it, quoted together
+            while i + run < len(ordered) and _same_turn(ordered[i + run], item):
+                run += 1
+            if run > 1:
+                chosen = ordered[i : i + run]
+                text = quote(item.speaker, [(p.part, p.body) for p in chosen], item.parts)
+        if item.group != group:
+            group, follows_from = item.group, None
+            parts.append(group_header(item.day))
+        parts.append(f"\n  {text}" if item.kind == "turn" and follows_from == ("turn", item.seq - 1) else bullet(text))
+        follows_from = (item.kind, item.seq)
+        i += run
     return "".join(parts)

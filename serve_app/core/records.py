@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from serve_app.core.ids import MAX_ID_LENGTH
+from serve_app.core.passages import passage_place
 
 FactCategory = Literal["preference", "fact", "decision", "task"]
 FACT_CATEGORIES: tuple[str, ...] = get_args(FactCategory)
@@ -56,6 +57,11 @@ class Hit:
     created_at_ms: int
     coverage: float | None = None
     """Keyword hits: the share of the query's idf weight the memory's terms match (0-1)."""
+
+    @property
+    def place(self) -> tuple[int, int] | None:
+        """(part, parts) of a passage of a long turn (core/passages.py); None for a whole memory."""
+        return passage_place(self.id) if self.kind == "turn" else None
 
 
 def unstorable(row: MemoryRow) -> str | None:

@@ -34,20 +34,20 @@ class Embedder:
         self.batch_size.observe(len(texts))
         return await self.encoder.encode_async(texts)
 
-    async def embed_many(self, texts: list[str]) -> list[list[float]]:
+    async def embed_many(self, texts: list[str], plain: list[bool] | None = None) -> list[list[float]]:
         """Memories' vectors (`SentenceEncoder.encode_documents`) of a caller's own batch (one
         session's new turns), encoded together with the batches of the callers that arrive
         meanwhile: the memorizer runs many sessions at once, each with a few turns, and one forward
         pass over all of them costs less than one each (bench/embedder_batching.py)."""
-        return await self._embed_lists(texts) if texts else []
+        return await self._embed_lists((texts, plain or [False] * len(texts))) if texts else []
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
-    async def _embed_lists(self, lists: list[list[str]]) -> list[list[list[float]]]:
-        flat = [text for texts in lists for text in texts]
+    async def _embed_lists(self, lists: list[tuple[list[str], list[bool]]]) -> list[list[list[float]]]:
+        flat = [text for texts, _ in lists for text in texts]
         self.batch_size.observe(len(flat))
-        vectors = await self.encoder.encode_documents_async(flat)
+        vectors = await self.encoder.encode_documents_async(flat, [flag for _, plain in lists for flag in plain])
         out, start = [], 0
-        for texts in lists:
+        for texts, _ in lists:
             out.append(vectors[start : start + len(texts)])
             start += len(texts)
         return out

@@ -139,8 +139,8 @@ class Memorizer:
         self.sweeper = asyncio.create_task(self.work.run_forever())
         self.lag_sampler = asyncio.create_task(sample_replica_lag(self.stores.log))
 
-    async def _embed(self, texts: list[str]) -> list[list[float]]:
-        return await self.embedder.embed_many.remote(texts)
+    async def _embed(self, texts: list[str], plain: list[bool] | None = None) -> list[list[float]]:
+        return await self.embedder.embed_many.remote(texts, plain)
 
     async def poke(self, tenant: str, session: str) -> None:
         """Start work for a session and return at once."""

@@ -6,7 +6,8 @@ Services see either only through these call shapes, so they never import torch.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 DOCUMENT_EMBEDDING = 2
 """Bumped whenever `SentenceEncoder.encode_documents` changes what it returns: memories embedded
@@ -15,4 +16,10 @@ with an older one are embedded again by the memorizer (`services/index_repair.re
 
 Vector = list[float]
 EmbedOne = Callable[[str], Awaitable[Vector]]
-EmbedMany = Callable[[list[str]], Awaitable[list[Vector]]]
+
+
+class EmbedMany(Protocol):
+    """Memories' vectors, in order. `plain[i]` true: text i is a passage of a long turn, embedded
+    whole only (it is short enough for one vector; the sentences' mean would double its cost)."""
+
+    def __call__(self, texts: list[str], plain: Sequence[bool] | None = None, /) -> Awaitable[list[Vector]]: ...

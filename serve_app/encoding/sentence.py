@@ -9,6 +9,7 @@ import ctypes
 import logging
 import os
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -126,15 +127,17 @@ class SentenceEncoder:
             release_freed_heap()
         return vectors.astype("float32").tolist()
 
-    def encode_documents(self, texts: list[str]) -> list[list[float]]:
+    def encode_documents(self, texts: list[str], plain: Sequence[bool] | None = None) -> list[list[float]]:
         """The vectors memories are stored under: each text's own vector plus the mean of its
-        sentences' vectors, normalized (a text of one sentence: its own vector). All texts and their
-        sentences go through the model in one batch (core/sentences.py says why)."""
+        sentences' vectors, normalized (a text of one sentence, or one marked `plain`: its own
+        vector). All texts and their sentences go through the model in one batch
+        (core/sentences.py says why)."""
         import numpy as np
 
         if not texts:
             return []
-        parts = [sentences(text) for text in texts]
+        plain = plain or [False] * len(texts)
+        parts = [[text] if flat else sentences(text) for text, flat in zip(texts, plain, strict=True)]
         extra = [piece for pieces in parts if len(pieces) > 1 for piece in pieces]
         vectors = self._eager(list(texts) + extra)
         if len(texts) + len(extra) > 1:
@@ -150,8 +153,8 @@ class SentenceEncoder:
             out.append(vector.astype("float32").tolist())
         return out
 
-    async def encode_documents_async(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_documents, texts)
+    async def encode_documents_async(self, texts: list[str], plain: Sequence[bool] | None = None) -> list[list[float]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self.encode_documents, texts, plain)
 
     async def encode_async(self, texts: list[str]) -> list[list[float]]:
         """Off the event loop (torch releases the GIL), so other requests' I/O goes on meanwhile."""

@@ -85,13 +85,27 @@ def _data(text: str) -> str:
     return re.sub(r"</?\s*(conversation|previous_summary)", lambda m: m.group(0).replace("<", "‹"), text, flags=re.I)
 
 
+TURN_CHARS = 16_000
+"""The most of one turn the model reads when summarizing or extracting: the session log keeps a
+pasted log or file whole, but a turn longer than the model's input would fail every call on it."""
+
+
+def clip_middle(text: str, limit: int = TURN_CHARS) -> str:
+    """The text, or its head and tail with the middle left out and said so: the ask and the
+    conclusion of a long turn are at its ends."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+
+
 def render_turns(span: Sequence[dict[str, Any]]) -> str:
     lines = []
     for turn in span:
         who = turn.get("role", "?")
         if who == "tool" and turn.get("name"):
             who = f"tool {turn['name']}"
-        lines.append(f"[#{turn.get('seq', '?')} {who}] {_data(message_text(turn))}")
+        lines.append(f"[#{turn.get('seq', '?')} {who}] {_data(clip_middle(message_text(turn)))}")
     return "\n".join(lines)
 
 

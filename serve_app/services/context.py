@@ -13,7 +13,7 @@ from typing import Any
 
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import iso_day
-from serve_app.core.memory_lines import MemoryItem
+from serve_app.core.memory_lines import MemoryItem, passage_item
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.errors import SessionOwnerError
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
@@ -27,13 +27,18 @@ logger = logging.getLogger("ray.serve")
 
 
 def memory_item(hit: Hit) -> MemoryItem:
-    return MemoryItem(
-        f"{hit.role}: {hit.text}" if hit.kind == "turn" else hit.text,
-        iso_day(hit.created_at_ms) if hit.created_at_ms else "undated",
-        hit.session_id,
-        hit.seq,
-        hit.kind,
-    )
+    day = iso_day(hit.created_at_ms) if hit.created_at_ms else "undated"
+    if (place := hit.place) is not None:
+        return passage_item(hit.role, hit.text, day, hit.session_id, hit.seq, *place)
+    return MemoryItem(f"{hit.role}: {hit.text}" if hit.kind == "turn" else hit.text, day, hit.session_id, hit.seq, hit.kind)
+
+
+def _said_in(hit: Hit, history: dict[int, str]) -> bool:
+    """Whether a turn memory (or a passage of one) is of a turn the history section holds."""
+    said = history.get(hit.seq) if hit.kind == "turn" else None
+    if said is None:
+        return False
+    return hit.text in said if hit.place is not None else hit.text == clip_utf8(said, MAX_TEXT_BYTES)
 
 
 def fact_line(fact: Fact) -> str:
@@ -102,8 +107,8 @@ async def build_working_memory(
     (meta, turns), hits, facts = await asyncio.gather(session_part(), recall_part(), facts_part())
     # Turns in the history section are not recalled twice. By seq and text, not by seq alone: under
     # a session id used again after its log expired, the old conversation's seqs are not this one's.
-    in_history = {(t["seq"], clip_utf8(t.get("content") or "", MAX_TEXT_BYTES)) for t in turns}
-    hits = [h for h in hits if not (h.session_id == req.session_id and h.kind == "turn" and (h.seq, h.text) in in_history)]
+    in_history = {t["seq"]: t.get("content") or "" for t in turns}
+    hits = [h for h in hits if not (h.session_id == req.session_id and _said_in(h, in_history))]
     if settings.recall_rerank:  # the scores are the second stage's probabilities
         floor = settings.context_min_probability if req.min_probability is None else req.min_probability
         hits = [h for h in hits if h.score >= floor]

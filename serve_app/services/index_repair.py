@@ -125,7 +125,8 @@ async def _write_vectors(
         return {}
     known = known or {}
     fresh = [h for h in hits if h.id not in known]
-    embedded = dict(zip([h.id for h in fresh], await embed([h.text for h in fresh]) if fresh else [], strict=True))
+    vectors = await embed([h.text for h in fresh], [h.place is not None for h in fresh]) if fresh else []
+    embedded = dict(zip([h.id for h in fresh], vectors, strict=True))
     rows = [_vector_row(tenant, user, h, known[h.id] if h.id in known else embedded[h.id]) for h in hits]
     await stores.vectors.upsert(rows)
     # A delete that ran between the fetch and the upsert took the row out of PostgreSQL: take this
@@ -136,7 +137,7 @@ async def _write_vectors(
             await stores.vectors.delete(tenant_id=tenant, user_id=user, id=row.id)
     changed = [now[r.id] for r in rows if r.id in now and now[r.id].text != r.text]
     if changed:
-        again = await embed([h.text for h in changed])
+        again = await embed([h.text for h in changed], [h.place is not None for h in changed])
         await stores.vectors.upsert([_vector_row(tenant, user, h, v) for h, v in zip(changed, again, strict=True)])
     return now
 

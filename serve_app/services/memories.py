@@ -23,6 +23,11 @@ from serve_app.stores.vectors import MAX_RESULT_WINDOW
 SEARCH_HITS = TypeAdapter(list[schemas.SearchHit])
 
 
+def _place(hit: Hit) -> dict[str, int]:
+    place = hit.place
+    return {"part": place[0], "parts": place[1]} if place is not None else {}
+
+
 def hits_out(hits: Sequence[Hit]) -> list[schemas.SearchHit]:
     """The hits as the API shows them, validated in one pass over plain data: a context answers
     with one per memory in its prompt, dozens per request, and one pass costs less than building
@@ -36,6 +41,7 @@ def hits_out(hits: Sequence[Hit]) -> list[schemas.SearchHit]:
                 "session_id": hit.session_id,
                 "seq": hit.seq,
                 "created_at": ms_to_datetime(hit.created_at_ms),
+                **_place(hit),
             }
             for hit in hits
         ]

@@ -21,6 +21,7 @@ from enum import Enum
 
 from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
+from serve_app.core.passages import passage_id, split_passages
 from serve_app.encoding import EmbedMany
 from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
@@ -235,49 +236,68 @@ class SessionMemorizer:
         await delete_memories(self.stores, tenant, user=user, session=session)
 
     async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> list[str]:
-        """Write the said turns as memories; returns the ids written.
+        """Write the said turns as memories (a long turn as its passages); returns the ids written.
 
         A turn whose memory exists from another sighting (the same words resent after the log
         expired, or said twice) keeps that first memory and its date; the same turn again (a retried
         batch) is simply written again."""
         said = [t for t in turns if _said(t)]
-        ids = [turn_memory_id(tenant, user, session, t["role"], t["content"]) for t in said]
-        first = {h.id: h for h in await self.stores.keywords.fetch(tenant, user, ids)}
-        items: dict[str, dict] = {}
-        for memory_id, turn in zip(ids, said, strict=True):
-            seen = first.get(memory_id)
-            if memory_id in items or (seen is not None and (seen.seq, seen.created_at_ms) != _origin(turn)):
+        pieces = {t["seq"]: self._passages(t["content"]) for t in said}
+        ids = {t["seq"]: self._memory_ids(tenant, user, session, t, pieces[t["seq"]]) for t in said}
+        first = {h.id: h for h in await self.stores.keywords.fetch(tenant, user, [ids[t["seq"]][0] for t in said])}
+        chosen: dict[str, dict] = {}  # the first memory id of each turn written -> the turn
+        for turn in said:
+            head = ids[turn["seq"]][0]
+            seen = first.get(head)
+            if head in chosen or (seen is not None and (seen.seq, seen.created_at_ms) != _origin(turn)):
                 continue
-            items[memory_id] = turn
-        if not items:
+            chosen[head] = turn
+        if not chosen:
             return []
-        vectors = await self.embed([t["content"] for t in items.values()])
+        texts = [text for turn in chosen.values() for text in pieces[turn["seq"]]]
+        plain = [len(pieces[turn["seq"]]) > 1 for turn in chosen.values() for _ in pieces[turn["seq"]]]
+        vectors = iter(await self.embed(texts, plain))
         context = await self._turns_before(tenant, session, turns[0]["seq"])
         wanted = self.settings.recall_keyword_context_turns
-        rows, by_seq = [], dict(zip((t["seq"] for t in items.values()), vectors, strict=True))
+        rows = []
         for turn in turns:
             if not _said(turn):
                 continue
-            if turn["seq"] in by_seq:
-                rows.append(
-                    memory_row(
-                        self.settings,
-                        memory_id=turn_memory_id(tenant, user, session, turn["role"], turn["content"]),
-                        tenant=tenant,
-                        user=user,
-                        text=turn["content"],
-                        created_at_ms=iso_to_ms(turn.get("created_at")),
-                        vector=by_seq[turn["seq"]],
-                        session=session,
-                        seq=turn["seq"],
-                        role=turn["role"],
-                        kind="turn",
-                        before=[t["content"] for t in context[-wanted:]] if wanted else [],
+            if chosen.get(ids[turn["seq"]][0]) is turn:
+                # A turn's first memory carries the turns before it; a later passage the passage
+                # before it, the context a reader of that passage has.
+                before = [t["content"] for t in context[-wanted:]] if wanted else []
+                for memory_id, text in zip(ids[turn["seq"]], pieces[turn["seq"]], strict=True):
+                    rows.append(
+                        memory_row(
+                            self.settings,
+                            memory_id=memory_id,
+                            tenant=tenant,
+                            user=user,
+                            text=text,
+                            created_at_ms=iso_to_ms(turn.get("created_at")),
+                            vector=next(vectors),
+                            session=session,
+                            seq=turn["seq"],
+                            role=turn["role"],
+                            kind="turn",
+                            before=before,
+                        )
                     )
-                )
+                    before = [text] if wanted else []
             context.append(turn)
         await save_memories(self.stores, rows)
-        return list(items)
+        return [row.id for row in rows]
+
+    def _passages(self, text: str) -> list[str]:
+        return split_passages(text, target=self.settings.memory_passage_chars, whole=self.settings.memory_whole_chars)
+
+    @staticmethod
+    def _memory_ids(tenant: str, user: str, session: str, turn: dict, pieces: list[str]) -> list[str]:
+        turn_id = turn_memory_id(tenant, user, session, turn["role"], turn["content"])
+        if len(pieces) == 1:
+            return [turn_id]
+        return [passage_id(turn_id, i, len(pieces)) for i in range(1, len(pieces) + 1)]
 
     async def _turns_before(self, tenant: str, session: str, seq: int) -> list[dict]:
         """The said turns just before `seq` that index a memory's keywords with their context."""

@@ -131,9 +131,9 @@ async def test_concurrent_memorizers_do_the_work_once(stores, embed):
     once, one extraction call, one fact row, not three of each."""
     embedded: list[str] = []
 
-    async def counting_embed(texts: list[str]) -> list[list[float]]:
+    async def counting_embed(texts: list[str], plain=None) -> list[list[float]]:
         embedded.extend(texts)
-        return await embed(texts)
+        return await embed(texts, plain)
 
     llm = ScriptedChatClient(scripted_model)
     session, user = "s-" + uuid.uuid4().hex[:8], "u-" + uuid.uuid4().hex[:6]
@@ -174,10 +174,10 @@ async def test_a_tombstone_that_lands_while_the_memorizer_embeds_leaves_nothing(
     await _append(stores, session, user, ["I use Python at work.", "My locker code is 4417."])
     embedding, forgotten = asyncio.Event(), asyncio.Event()
 
-    async def slow_embed(texts: list[str]) -> list[list[float]]:
+    async def slow_embed(texts: list[str], plain=None) -> list[list[float]]:
         embedding.set()
         await forgotten.wait()
-        return await embed(texts)
+        return await embed(texts, plain)
 
     memorizing = asyncio.create_task(BothLanes(MemorizerSweep(stores, slow_embed, SETTINGS, llm)).memorize("local", session))
     await asyncio.wait_for(embedding.wait(), 60)

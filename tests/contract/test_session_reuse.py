@@ -97,8 +97,8 @@ async def test_a_session_deleted_and_made_again_while_memorized_keeps_none_of_th
     old, new = "My old locker code is 1234.", "The new session's first words."
     remade = asyncio.Event()
 
-    async def embed_then_remake(texts: list[str]):
-        vectors = await embed(texts)
+    async def embed_then_remake(texts: list[str], plain=None):
+        vectors = await embed(texts, plain)
         if not remade.is_set() and old in texts:
             remade.set()
             await stores.log.delete(TENANT, session)  # the delete's sweep: the log and its memories

@@ -35,7 +35,7 @@ def embed():
 
     model = SentenceTransformer(bundled_model_path(), device="cpu")
 
-    async def encode(texts):
+    async def encode(texts, plain=None):
         return model.encode(texts, normalize_embeddings=True).tolist()
 
     return encode
