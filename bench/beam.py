@@ -54,6 +54,14 @@ from bench.beam_evidence import Corpus, PromptText, answer_passage, passages
 from bench.common import percentile, wait_memorized
 
 KS = (1, 5, 10, 20)
+UNRELATED = (
+    "What is the boiling point of water at the top of Mount Everest?",
+    "Translate 'good morning' into Portuguese.",
+    "Who painted the ceiling of the Sistine Chapel?",
+    "Write a haiku about autumn leaves.",
+    "How many bones are in the adult human body?",
+)
+"""Questions no conversation answers: what memory their prompts get is memory spent on nothing."""
 MODES = {"defaults": {}, "uncapped": {"min_score": -1}}
 APPEND_BATCH = 100  # the API's most messages per request
 LENGTHS = ((0, 1000), (1000, 3000), (3000, 10**9))  # source messages by characters, for the breakdown
@@ -233,7 +241,36 @@ def run_service(
         stored = Stored.of(user, ingested, conversation)
         for number, question in enumerate(tqdm(conversation.questions, desc=f"questions {conversation.name}", unit="q")):
             rows.append({"conversation": conversation.name, **ask(client, stored, number, question, budgets, top_k)})
+        rows += [{"conversation": conversation.name, **row} for row in ask_unrelated(client, stored, budgets)]
     return rows, ingest_figures
+
+
+def ask_unrelated(client: httpx.Client, stored: Stored, budgets: list[int]) -> list[dict]:
+    """The memory tokens each budget's prompt gives a question the conversation does not answer."""
+    rows = []
+    for number, text in enumerate(UNRELATED):
+        row: dict = {"unrelated": text}
+        for budget in budgets:
+            body = {"user_id": stored.user, "session_id": f"{stored.user}-u{number}", "query": text, "max_tokens": budget}
+            response = client.post("/v1/context", json=body)
+            response.raise_for_status()
+            row[f"memory tokens@{budget}"] = response.json()["usage"]["sections"]["memory"]["tokens"]
+        rows.append(row)
+    return rows
+
+
+def unrelated_share(rows: list[dict], budgets: list[int]) -> dict:
+    """Memory tokens an unrelated question's prompt gets, and their share of an answerable one's."""
+    unrelated = [r for r in rows if "unrelated" in r]
+    answerable = [r for r in rows if "unrelated" not in r]
+    out: dict = {"questions": len(unrelated)}
+    for budget in budgets:
+        key = f"memory tokens@{budget}"
+        spent = statistics.fmean(r[key] for r in unrelated) if unrelated else float("nan")
+        wanted = statistics.fmean(r[key] for r in answerable) if answerable else float("nan")
+        out[key] = spent
+        out[f"share@{budget}"] = spent / wanted if wanted else float("nan")
+    return out
 
 
 def run_dense(conversations: list[Conversation]) -> list[dict]:
@@ -343,6 +380,10 @@ def report(figures: dict, modes: list[str], budgets: list[int]) -> None:
     for name, row in figures["by_source_length"].items():
         print(f"  {name:<16}" + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
     print("search p50 " + ", ".join(f"{mode} {ms:.1f} ms" for mode, ms in figures["search_p50_ms"].items()))
+    if "unrelated" in figures:
+        spent = figures["unrelated"]
+        shares = (f"@{b} {spent[f'memory tokens@{b}']:.0f} ({spent[f'share@{b}']:.1%} of an answerable one's)" for b in budgets)
+        print("unrelated questions' memory tokens: " + ", ".join(shares))
     if "ingest" in figures:
         total = figures["ingest"]
         print(
@@ -365,7 +406,8 @@ def measure(
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     with httpx.Client(base_url=args.url, timeout=300, headers=headers) as client:
         rows, ingest_figures = run_service(client, conversations, budgets, args.top_k)
-    figures = summarize(rows, list(MODES), budgets)
+    figures = summarize([r for r in rows if "unrelated" not in r], list(MODES), budgets)
+    figures["unrelated"] = unrelated_share(rows, budgets)
     figures["ingest"] = ingest_totals(ingest_figures)
     figures["ingest_by_conversation"] = ingest_figures
     return rows, figures, list(MODES)

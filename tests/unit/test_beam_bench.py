@@ -130,3 +130,17 @@ def test_a_span_other_messages_also_hold_does_not_show_a_message_quoted():
     assert prompt.quotes_any(second, corpus)
     assert not prompt.quotes_any(first, corpus)
     assert prompt.quotes_any(first)  # without the corpus the shared span alone would count
+
+
+def test_the_unrelated_share_is_their_memory_tokens_over_an_answerable_questions():
+    from bench.beam import unrelated_share
+
+    rows = [
+        {"ability": "x", "memory tokens@2048": 1000},
+        {"ability": "x", "memory tokens@2048": 600},
+        {"unrelated": "Who painted it?", "memory tokens@2048": 40},
+        {"unrelated": "Write a haiku.", "memory tokens@2048": 120},
+    ]
+    figures = unrelated_share(rows, [2048])
+    assert figures["questions"] == 2 and figures["memory tokens@2048"] == 80
+    assert figures["share@2048"] == 80 / 800
