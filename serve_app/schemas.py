@@ -315,7 +315,7 @@ class UserSessions(BaseModel):
 
 class FactIn(Strict):
     value: StorableText = Field(min_length=1, max_length=4096, description="The fact's new value.")
-    category: FactCategory = Field("fact", description="preference, fact, decision or task.")
+    category: FactCategory = Field("fact", description="preference, fact, decision, task or instruction (holds from then on).")
     source_session: str | None = Field(None, pattern=ID_PATTERN, description="Session the fact was learnt in.")
     source_seqs: list[Seq] = Field(default_factory=list, max_length=256, description="Seqs of the turns that state it.")
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
-FactCategory = Literal["preference", "fact", "decision", "task"]
+FactCategory = Literal["preference", "fact", "decision", "task", "instruction"]
 
 
 class _Model(BaseModel):
