@@ -11,7 +11,7 @@ that only make it a rule ("always", "please", "prefer", "love"...) out too, so t
 and "I hate jazz" are on the same thing (jazz), and so are "Always use metric units" and "Always
 use imperial units" (two shared words of four). A "my favourite X is Y" rule is about X alone.
 Short rules that differ in their one word of substance ("Reply in French", "Reply in German") are
-not: both are kept, and the prompt shows them dated, oldest first.
+not: both are kept, and the prompt shows them dated, newest first.
 
 The rules are conservative: a question is never a rule, nor a one-off request ("this time",
 "today", "Please keep it short"), and "I always ..." about a habit is a preference at most.
@@ -23,6 +23,7 @@ import hashlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from serve_app.core.keywords import terms
@@ -34,6 +35,8 @@ SAME_THING = 0.5
 """Least Jaccard similarity of two rules' topic words for them to be on the same thing."""
 MAX_RULE_CHARS = 300
 """A longer sentence is not taken for a rule: a standing rule is said in a sentence, not a paragraph."""
+WHOLE_TURN_CHARS = 300
+"""A turn this short that holds one rule is kept whole as the rule's value."""
 MAX_KEY_CHARS = 48
 KEY_WORDS = 5
 """Topic words a new key is made of at most."""
@@ -156,13 +159,25 @@ def _kind(sentence: str) -> RuleKind | None:
 
 def _content(text: str) -> list[str]:
     """Stemmed content words: stop words and rule words out, each once, in order."""
+    return list(_cached_content(text) if len(text) <= CACHED_TEXT_CHARS else _content_of(text))
+
+
+CACHED_TEXT_CHARS = 2048
+"""A context matches every standing rule of the user to its query: a rule's words are kept."""
+
+
+@lru_cache(maxsize=4096)
+def _cached_content(text: str) -> tuple[str, ...]:
+    return _content_of(text)
+
+
+def _content_of(text: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for term in terms(text):
         term = _KEY_SAFE.sub("", term)
-        if len(term) > 1 or term.isdigit():
-            if term not in _RULE_STEMS:
-                seen.setdefault(term)
-    return list(seen)
+        if (len(term) > 1 or term.isdigit()) and term not in _RULE_STEMS:
+            seen.setdefault(term)
+    return tuple(seen)
 
 
 def _about(sentence: str) -> str:
@@ -238,16 +253,25 @@ def key_for(rule: Rule, existing: Sequence[tuple[str, str]], taken: Collection[s
     return key
 
 
-def standing_text(key: str, value: str) -> str:
-    """What a stored rule is matched to a request by: its value and the words of its key (an LLM's
-    key, `favorite_language`, names what a short value, `Go`, is about)."""
+def rule_value(turn: str, rules: Sequence[Rule], rule: Rule) -> str:
+    """What a rule is kept as: the whole turn when it is short and holds this one rule (the words
+    around a rule often say what it is for), else the rule's sentence."""
+    whole = turn.strip()
+    return whole if len(rules) == 1 and len(whole) <= WHOLE_TURN_CHARS else rule.sentence
+
+
+def key_words(key: str) -> str:
+    """The words of a fact's key, without the kind a detected rule's key starts with: an LLM's key,
+    `favorite_language`, names what a short value, `Go`, is about."""
     name = key.split(".", 1)[1] if key.startswith(tuple(f"{k}." for k in STANDING_CATEGORIES)) else key
-    return f"{re.sub(r'[_.@-]+', ' ', name)} {value}"
+    return re.sub(r"[_.@-]+", " ", name)
 
 
-def bears_on(rule_value: str, kind: str, query: str) -> bool:
+def bears_on(rule_value: str, kind: str, query: str, about: str = "") -> bool:
     """Whether a rule belongs in the prompt of a request: an instruction without a condition always
-    does; a conditional one and a preference when the request shares a content word with it."""
+    does; a conditional one and a preference when the request shares a content word with it (or
+    with `about`, the words of the key it is kept under)."""
     if kind == "instruction" and not _CONDITIONAL.search(_plain(rule_value)):
         return True
-    return bool(set(_content(rule_value)) & set(_content(query)))
+    words = set(_content(rule_value)) | set(_content(about))
+    return bool(words & set(_content(query)))

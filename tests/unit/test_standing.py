@@ -15,9 +15,9 @@ from serve_app.core.standing import (
     Rule,
     bears_on,
     key_for,
+    key_words,
     same_thing,
     standing_rules,
-    standing_text,
     topic_words,
 )
 
@@ -124,8 +124,11 @@ def test_what_bears_on_a_request(rule, kind, query, bears):
 
 
 def test_a_stored_rule_is_matched_by_its_key_words_too():
-    assert bears_on(standing_text("favorite_language", "Go"), "preference", "Which language should I learn next?")
-    assert standing_text("preference.jazz", "I love jazz.") == "jazz I love jazz."
+    assert key_words("favorite_language") == "favorite language" and key_words("preference.jazz") == "jazz"
+    assert bears_on("Go", "preference", "Which language should I learn next?", about=key_words("favorite_language"))
+    assert not bears_on("Go", "preference", "Which language should I learn next?")
+    # The key's words never make an instruction conditional.
+    assert bears_on("Reply in French.", "instruction", "hello", about=key_words("reply_language_for_answers"))
 
 
 rules = st.sampled_from([sentence for sentence, _ in RULES]).map(lambda s: standing_rules(s)[0])
