@@ -295,6 +295,11 @@ class ContextResponse(BaseModel):
     summary_included: bool
     included_seqs: list[int]
     degraded: list[str]
+    standing: list[FactOut] = Field(
+        default_factory=list,
+        description="The user's standing instructions and preferences the prompt holds in their own section: those "
+        "that bear on the query, newest first (facts holds the other categories).",
+    )
 
 
 class CompressResponse(BaseModel):

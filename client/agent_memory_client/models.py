@@ -154,6 +154,7 @@ class ContextResponse(_Model):
     summary_included: bool
     included_seqs: list[int]
     degraded: list[str]
+    standing: list[FactOut] = Field(default_factory=list)
 
 
 class CompressResponse(_Model):
