@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
+from serve_app.core import standing
 from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
-from serve_app.core.standing import STANDING_CATEGORIES, key_for, rule_value, standing_rules
 from serve_app.encoding import EmbedMany
 from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
@@ -360,7 +360,9 @@ class SessionMemorizer:
         Idempotent: a retried batch puts the same values again (no new row), and a rule whose key holds
         a rule said later (a batch retried or memorized late) is older news, not an update."""
         said = [
-            (turn, rules) for turn in turns if turn["role"] == "user" and (rules := standing_rules(turn.get("content") or ""))
+            (turn, rules)
+            for turn in turns
+            if turn["role"] == "user" and (rules := standing.standing_rules(turn.get("content") or ""))
         ]
         if not said:
             return 0
@@ -368,10 +370,10 @@ class SessionMemorizer:
         written = 0
         for turn, rules in said:
             for rule in rules:
-                kept = [(key, f.value) for key, f in current.items() if f.category in STANDING_CATEGORIES]
-                key = key_for(rule, kept, taken=current)
+                kept = [(key, f.value) for key, f in current.items() if f.category in standing.STANDING_CATEGORIES]
+                key = standing.key_for(rule, kept, taken=current)
                 held = current.get(key)
-                value = rule_value(turn["content"], rules, rule)
+                value = standing.rule_value(turn["content"], rules, rule)
                 if held is not None and held.value != value and await self._said_later(tenant, session, held, turn):
                     continue
                 current[key], changed = await self.facts.put(
