@@ -130,6 +130,20 @@ def _clauses(sentence: str) -> list[str]:
     return [c for c in _CLAUSE.split(_plain(sentence)) if c]
 
 
+_LEADS_IN = re.compile(
+    r"^(?:when|whenever|if|for|about|while|unless|before|after|every time|each time|any ?time|from now on|from here on|"
+    r"going forward|moving forward|in (?:the )?future|by default|henceforth|always|never|please|and|also|ok|okay|thanks|"
+    r"thank you)\b"
+)
+
+
+def _may_command(before: str) -> bool:
+    """Whether a clause after `before` can be a command: the first clause, or one after a condition,
+    a marker or a word or two ("Thanks, always ..."); not after a statement ("Rex eats fish, never
+    chicken")."""
+    return not before or len(before.split()) <= 2 or bool(_LEADS_IN.match(before))
+
+
 def _kind(sentence: str) -> RuleKind | None:
     """What the sentence is as a rule, or None when it is none."""
     plain = _plain(sentence).strip(" \"'()[]")
@@ -137,7 +151,9 @@ def _kind(sentence: str) -> RuleKind | None:
         return None
     clauses = _clauses(plain)
     marker = bool(_MARKER.search(plain))
-    for clause in clauses:
+    for before, clause in zip(["", *clauses], clauses, strict=False):
+        if not _may_command(before):
+            continue
         if _INHERENTLY_STANDING.match(clause) and not _PRONOUN_OBJECT.match(clause):
             return "instruction"
         if marker and (_IMPERATIVE.match(clause) or _ADDRESSED.search(clause)) and not clause.startswith("i "):

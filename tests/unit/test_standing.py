@@ -30,6 +30,8 @@ RULES = [
     ("Don't ever call me Bob.", "instruction"),
     ("I want you to always answer in bullet points.", "instruction"),
     ("When you write code, always use type hints.", "instruction"),
+    ("When you answer, always be brief.", "instruction"),
+    ("Thanks, and from now on reply in French.", "instruction"),
     ("Make sure to double-check the units.", "instruction"),
     ("I love jazz.", "preference"),
     ("I'd rather sit by the window.", "preference"),
@@ -47,6 +49,7 @@ NOT_RULES = [
     "Can you always reply in French?",  # a question is not a rule
     "What do you always say?",
     "Never mind.",
+    "Rex eats fish, never chicken.",  # a statement, not a command
     "Thanks, always appreciated.",
     "I never said that.",
     "I love it!",
@@ -115,6 +118,7 @@ def test_a_rule_is_kept_under_the_key_of_the_rule_on_the_same_thing():
         ("When you write code, always use type hints.", "instruction", "Fix this code for me", True),
         ("When you write code, always use type hints.", "instruction", "Plan my trip to Rome", False),
         ("Please use British spelling for everything.", "instruction", "Plan my trip to Rome", True),
+        ("When you answer, always be brief.", "instruction", "Plan my trip to Rome", True),  # every answer
         ("I love jazz.", "preference", "Any jazz concerts in town this week?", True),
         ("I love jazz.", "preference", "When is my dentist appointment?", False),
     ],
