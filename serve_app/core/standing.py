@@ -65,7 +65,7 @@ _VERBS = (
     r"speak|talk|explain|summari[sz]e|translate|convert|mention|skip|omit|limit|send|copy|cc|check|double-check|ask|"
     r"remind|tell|assume|treat|stay|stick|cite|quote|round|measure|express|present|structure|refer|address|call|be|"
     r"make sure|remember|let me know|only|don't|do not|prefer|try|follow|leave|sort|order|"
-    r"(?:always|never)(?! mind\b| again\b| \w+ed\b)"
+    r"(?:always|never)(?! (?:mind|again|the|a|an|so|too|ever|before|once|been)\b| \w+ed\b)"
 )
 _IMPERATIVE = re.compile(rf"^{_DISCOURSE}(?:{_VERBS})\b")
 _ADDRESSED = re.compile(

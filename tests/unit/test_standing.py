@@ -50,6 +50,7 @@ NOT_RULES = [
     "What do you always say?",
     "Never mind.",
     "Rex eats fish, never chicken.",  # a statement, not a command
+    "About the limit per minute, never the double.",
     "Thanks, always appreciated.",
     "I never said that.",
     "I love it!",
