@@ -299,6 +299,11 @@ class ContextResponse(BaseModel):
     summary_included: bool
     included_seqs: list[int]
     degraded: list[str]
+    standing: list[FactOut] = Field(
+        default_factory=list,
+        description="The user's standing instructions and preferences the prompt holds in their own section: those "
+        "that bear on the query, newest first (facts holds the other categories).",
+    )
 
 
 class CompressResponse(BaseModel):
@@ -319,7 +324,7 @@ class UserSessions(BaseModel):
 
 class FactIn(Strict):
     value: StorableText = Field(min_length=1, max_length=4096, description="The fact's new value.")
-    category: FactCategory = Field("fact", description="preference, fact, decision or task.")
+    category: FactCategory = Field("fact", description="preference, fact, decision, task or instruction (holds from then on).")
     source_session: str | None = Field(None, pattern=ID_PATTERN, description="Session the fact was learnt in.")
     source_seqs: list[Seq] = Field(default_factory=list, max_length=256, description="Seqs of the turns that state it.")
 

@@ -104,6 +104,14 @@ class Settings(BaseSettings):
         description="Each section's claim on max_tokens (memory, history, tools, output); what is left flows to memory, "
         "then to history. A request's shares override them.",
     )
+    context_standing_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="The most of the memory section's grant that the user's standing instructions and preferences "
+        "take, in a section of their own, before the facts: the rest is left to what answers the query "
+        "(docs/architecture/memorizer.md).",
+    )
 
     compaction_trigger_tokens: int = Field(
         4000, ge=64, description="Unsummarized history above this is compacted by the memorizer."

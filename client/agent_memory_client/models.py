@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
-FactCategory = Literal["preference", "fact", "decision", "task"]
+FactCategory = Literal["preference", "fact", "decision", "task", "instruction"]
 
 
 class _Model(BaseModel):
@@ -158,6 +158,7 @@ class ContextResponse(_Model):
     summary_included: bool
     included_seqs: list[int]
     degraded: list[str]
+    standing: list[FactOut] = Field(default_factory=list)
 
 
 class CompressResponse(_Model):

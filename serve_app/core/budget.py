@@ -1,10 +1,11 @@
 """Fit a prompt into a token budget with exact Qwen2.5 counts. Pure: no I/O.
 
 Claims, in order: the system prompt, tool definitions and the newest turn (mandatory, whole); then
-each section up to its share (summary and turns: history; tool results; facts and memories:
-memory); then what is left flows to memory, as far as its memories passed the relevance floors,
-and last to history, older turns first in line. A tool call is never split from its results,
-turns are never cut, and the prompt never exceeds max_tokens - reserve.
+each section up to its share (summary and turns: history; tool results; standing instructions,
+facts and memories: memory, the standing ones up to `standing_share` of memory's grant); then what
+is left flows to memory, as far as its memories passed the relevance floors, and last to history,
+older turns first in line. A tool call is never split from its results, turns are never cut, and
+the prompt never exceeds max_tokens - reserve.
 
 Why memory before history: history's share already holds the recent turns, and an older turn is
 only older; a memory that passed the floors was chosen for this query. History keeps its share
@@ -27,6 +28,7 @@ from serve_app.core.tokenizer import count_block, count_tokens
 from serve_app.errors import BudgetError
 
 FACTS_HEADER = "\n\n# Known facts about the user"
+STANDING_HEADER = "\n\n# Standing instructions and preferences of the user"
 SUMMARY_HEADER = "\n\n# Summary of the earlier part of this conversation\n"
 TOOLS_HEADER = "\n\n# Tool results\n"
 MIN_TRUNCATED_TOOL_TOKENS = 16
@@ -86,6 +88,11 @@ class ContextRequest:
     tool_results: Sequence[dict[str, Any]] = ()
     tools: Sequence[dict[str, Any]] = ()
     """Tool definitions of a chat request: the template renders them after the system prompt."""
+    standing: Sequence[str] = ()
+    """Standing instructions and preferences that bear on the request, first in line first: a section of
+    their own before the facts, because they bear on the request whether or not its words match them."""
+    standing_share: float = 0.25
+    """The most of memory's grant the standing section takes: the rest is left to what answers the query."""
 
 
 Reason = Literal["mandatory", "all_fit", "room", "empty"]
@@ -113,6 +120,8 @@ class ContextResult:
     memories_used: list[int]
     """Indexes into the request's memories of those the prompt holds (near-duplicates are skipped)."""
     tool_results_used: int
+    standing_used: int = 0
+    """How many of the request's standing lines the prompt holds (the first ones)."""
     sections: dict[str, Section] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -199,6 +208,10 @@ def _tool_piece(index: int, result: dict[str, Any], content: str | None = None) 
 
 def _fact_piece(index: int, line: str) -> str:
     return ("" if index else FACTS_HEADER) + f"\n- {line}"
+
+
+def _standing_piece(index: int, line: str) -> str:
+    return ("" if index else STANDING_HEADER) + f"\n- {line}"
 
 
 def _history_within(block_tokens: Sequence[int], budget: int) -> int:
@@ -319,9 +332,16 @@ def build_context(req: ContextRequest) -> ContextResult:
     tools_claim = min(shares["tool_results"], tools_claim)
     memory_claim = 0
     if req.summary or req.tool_results:
+        standing_estimate = 0
+        for i, line in enumerate(req.standing):  # up to its cap of memory's share: min() below
+            if standing_estimate >= shares["memory"] * req.standing_share:
+                break
+            standing_estimate += count_tokens(_standing_piece(i, line))
+        standing_estimate = min(int(shares["memory"] * req.standing_share), standing_estimate)
         facts_estimate = sum(count_tokens(_fact_piece(i, line)) for i, line in enumerate(req.facts))
-        wanted = _choose_memories(req.memories, distinct, max(0, shares["memory"] - facts_estimate), line_costs).estimate
-        memory_claim = min(shares["memory"], facts_estimate + wanted)
+        listed = standing_estimate + facts_estimate
+        wanted = _choose_memories(req.memories, distinct, max(0, shares["memory"] - listed), line_costs).estimate
+        memory_claim = min(shares["memory"], listed + wanted)
 
     # Summary: history's, before any older turn; it leaves the others their claims.
     summary_tokens = 0
@@ -364,6 +384,18 @@ def build_context(req: ContextRequest) -> ContextResult:
     history_claim = _history_within(block_tokens[:-1], max(0, shares["history"] - newest - summary_tokens))
     memory_grant = max(0, room() - history_claim)
     memory_tokens = 0
+    # Standing instructions first, up to their share of the grant, in the order given.
+    standing_cap = min(memory_grant, int(memory_grant * req.standing_share))
+    standing_used = 0
+    for i, line in enumerate(req.standing):
+        piece = _standing_piece(i, line)
+        cost = grown(piece)
+        if cost > standing_cap - memory_tokens:
+            break
+        content += piece
+        current += cost
+        memory_tokens += cost
+        standing_used += 1
     facts_used = 0
     for i, line in enumerate(req.facts):
         piece = _fact_piece(i, line)
@@ -417,10 +449,11 @@ def build_context(req: ContextRequest) -> ContextResult:
     def reason(had: bool, used_all: bool) -> Reason:
         return "empty" if not had else "all_fit" if used_all else "room"
 
-    memory_all = facts_used == len(req.facts) and picked.exhausted
+    memory_all = standing_used == len(req.standing) and facts_used == len(req.facts) and picked.exhausted
+    memory_had = bool(req.standing or req.facts or req.memories)
     sections = {
         "system": Section(system_tokens, system_tokens, 0, "mandatory"),
-        "memory": Section(memory_tokens, memory_grant, shares["memory"], reason(bool(req.facts or req.memories), memory_all)),
+        "memory": Section(memory_tokens, memory_grant, shares["memory"], reason(memory_had, memory_all)),
         "summary": Section(summary_tokens, summary_grant, 0, reason(bool(req.summary), "summary_truncated" not in notes)),
         "history": Section(history_tokens, history_grant, shares["history"], reason(bool(blocks), len(chosen) == len(blocks))),
         "tool_results": Section(
@@ -443,6 +476,7 @@ def build_context(req: ContextRequest) -> ContextResult:
         facts_used=facts_used,
         memories_used=picked.chosen,
         tool_results_used=tools_used,
+        standing_used=standing_used,
         sections=sections,
         notes=notes,
     )

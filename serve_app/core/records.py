@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from serve_app.core.ids import MAX_ID_LENGTH
 from serve_app.core.passages import passage_place
 
-FactCategory = Literal["preference", "fact", "decision", "task"]
+FactCategory = Literal["preference", "fact", "decision", "task", "instruction"]
 FACT_CATEGORIES: tuple[str, ...] = get_args(FactCategory)
 MAX_TEXT_BYTES = 16000  # the longest memory text kept (the Milvus schema's VARCHAR bound)
 MAX_LABEL_BYTES = 16  # a memory's role and kind ("assistant", "memory", ...)

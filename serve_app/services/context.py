@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import iso_day
 from serve_app.core.memory_lines import MemoryItem, passage_item
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
+from serve_app.core.standing import STANDING_CATEGORIES, bears_on, key_words
 from serve_app.errors import SessionOwnerError
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
 from serve_app.services.dependencies import Dependencies
@@ -43,6 +45,22 @@ def _said_in(hit: Hit, history: dict[int, str]) -> bool:
 
 def fact_line(fact: Fact) -> str:
     return f"{fact.key} ({fact.category}): {fact.value}"
+
+
+def standing_line(fact: Fact) -> str:
+    """A standing rule as the prompt shows it: dated, so that of two that disagree the later is known."""
+    return f"[{fact.valid_from.astimezone(UTC).date().isoformat()}] {fact.value}"
+
+
+def split_standing(facts: Sequence[Fact], query: str) -> tuple[list[Fact], list[Fact]]:
+    """(standing, others): the instructions and preferences that bear on the query, newest first (a
+    capped section keeps the latest word), and the facts of the other categories. A standing rule
+    that does not bear on the query is in neither: every rule in every prompt is noise."""
+    standing = [
+        f for f in facts if f.category in STANDING_CATEGORIES and bears_on(f.value, f.category, query, about=key_words(f.key))
+    ]
+    standing.sort(key=lambda f: f.valid_from, reverse=True)
+    return standing, [f for f in facts if f.category not in STANDING_CATEGORIES]
 
 
 async def build_working_memory(
@@ -113,6 +131,7 @@ async def build_working_memory(
         floor = settings.context_min_probability if req.min_probability is None else req.min_probability
         hits = [h for h in hits if h.score >= floor]
     hits = hits[:top_k]
+    standing, facts = split_standing(facts, req.query)
     shares = req.shares or settings.shares
     max_tokens = req.max_tokens or settings.default_max_tokens
     result = build_context(
@@ -127,6 +146,8 @@ async def build_working_memory(
             memories=[memory_item(h) for h in hits],
             tool_results=[r.model_dump() for r in req.tool_results],
             tools=tools,
+            standing=[standing_line(f) for f in standing],
+            standing_share=settings.context_standing_share,
         )
     )
     if meta and meta.summary_degraded:
@@ -149,6 +170,7 @@ async def build_working_memory(
         ),
         recalled=hits_out([hits[i] for i in result.memories_used]),
         facts=[fact_out(f) for f in facts[: result.facts_used]],
+        standing=[fact_out(f) for f in standing[: result.standing_used]],
         summary_included=result.sections["summary"].tokens > 0,
         included_seqs=result.included_seqs,
         degraded=degraded,

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
+from serve_app.core import standing
 from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import turn_memory_id
 from serve_app.core.passages import passage_id, split_passages
@@ -31,6 +32,7 @@ from serve_app.services.memory_writes import delete_memories, memory_row, save_m
 from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
+from serve_app.stores.facts import Fact
 
 logger = logging.getLogger("ray.serve")
 MEMORIZED_ROLES = ("user", "assistant")
@@ -164,6 +166,8 @@ class SessionMemorizer:
                     await self._erase(tenant, session, meta.user_id, presence, written)
                     report.cursor = -1
                     return report
+                if not self.extracts:
+                    report.facts_written += await self._standing(tenant, session, meta.user_id, meta.created_at_ms, turns)
             done = len(turns) < batch
             if done and not self.uses_llm:
                 try:
@@ -367,3 +371,50 @@ class SessionMemorizer:
                     report.facts_written = 0
                     return
             await self.log.advance_cursor(tenant, session, chunk[-1]["seq"], done=False, cursor="extracted_upto_seq")
+
+    async def _standing(self, tenant: str, session: str, user: str, created_at_ms: int, turns: list[dict]) -> int:
+        """Standing instructions and preferences in the user's turns, as facts (`core/standing.py`'s
+        rules: without an LLM's extraction, the embedding lane finds them). A rule on the same thing
+        as a kept one supersedes it under its key; the rows written are returned.
+
+        Idempotent: a retried batch puts the same values again (no new row), and a rule whose key holds
+        a rule said later (a batch retried or memorized late) is older news, not an update."""
+        said = [
+            (turn, rules)
+            for turn in turns
+            if turn["role"] == "user" and (rules := standing.standing_rules(turn.get("content") or ""))
+        ]
+        if not said:
+            return 0
+        current = {f.key: f for f in await self.facts.current(tenant, user)}
+        written = 0
+        for turn, rules in said:
+            for rule in rules:
+                kept = [(key, f.value) for key, f in current.items() if f.category in standing.STANDING_CATEGORIES]
+                key = standing.key_for(rule, kept, taken=current)
+                held = current.get(key)
+                value = standing.rule_value(turn["content"], rules, rule)
+                if held is not None and held.value != value and await self._said_later(tenant, session, held, turn):
+                    continue
+                current[key], changed = await self.facts.put(
+                    tenant, user, key, value, rule.kind, source_session=session, source_seqs=[turn["seq"]]
+                )
+                written += int(changed)
+        if written and await self.log.forgotten(tenant, user, created_at_ms):
+            # Forgotten while we wrote: the forget's tombstone came first, so what we wrote goes here.
+            await self.facts.forget(tenant, user)
+            return 0
+        return written
+
+    async def _said_later(self, tenant: str, session: str, held: Fact, turn: dict) -> bool:
+        """Whether a kept fact comes from a turn said after `turn` (by seq in one session, else by the
+        time the turns were said, while the other session's log is there to say it)."""
+        if not held.source_session or not held.source_seqs:
+            return False
+        seq = min(held.source_seqs)
+        if held.source_session == session:
+            return seq > turn["seq"]
+        source = await self.log.read(tenant, held.source_session, after=seq - 1, limit=1)
+        if not source or source[0]["seq"] != seq:
+            return False
+        return iso_to_ms(source[0].get("created_at")) > iso_to_ms(turn.get("created_at"))

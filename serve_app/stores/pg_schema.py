@@ -205,6 +205,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX memory_keywords_vector_keys ON memory_keywords (vector_keys);
         """,
     ),
+    (
+        9,
+        """
+        -- Standing instructions of the user are facts of their own category (core.standing).
+        ALTER TABLE facts DROP CONSTRAINT facts_category_check;
+        ALTER TABLE facts ADD CONSTRAINT facts_category_check
+            CHECK (category IN ('preference', 'fact', 'decision', 'task', 'instruction'));
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

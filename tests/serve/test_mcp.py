@@ -87,7 +87,7 @@ async def test_tools_are_listed_and_each_one_works(service_url):
     assert "404: memory not found" in refused[0]  # the API's status and message
     # The REST models' own limits, field by field: id pattern, list and text lengths, bounds, enums.
     limits = ["pattern", "at least 1 item", "at most 8192", "less than or equal to 100", "greater than or equal to 256",
-              "'preference', 'fact', 'decision' or 'task'"]  # fmt: skip
+              "'preference', 'fact', 'decision', 'task' or 'instruction'"]  # fmt: skip
     for text, limit in zip(refused[1:], limits, strict=True):
         assert limit in text, text
 

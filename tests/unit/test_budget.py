@@ -4,11 +4,14 @@ when all compete, and what a section leaves flows to memory, then history."""
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.core.budget import BudgetError, BudgetShares, ContextRequest, build_context
+from serve_app.core.budget import STANDING_HEADER, BudgetError, BudgetShares, ContextRequest, build_context
 from serve_app.core.memory_lines import MemoryItem
-from serve_app.core.tokenizer import count_block, count_chat
+from serve_app.core.tokenizer import count_block, count_chat, count_tokens
 
 
 def _memories(n: int, words: int = 12, sessions: int = 3) -> list[MemoryItem]:
@@ -401,3 +404,95 @@ def test_memory_lines_are_taken_in_rank_order_when_room_runs_short():
     assert 5 < len(used) < 60 and used == list(range(len(used)))
     system = result.messages[0]["content"]
     assert all(memories[i].text in system for i in used) and memories[len(used)].text not in system
+
+
+STANDING = ["[2024-05-01] Always format dates as YYYY-MM-DD.", "[2024-05-03] I love jazz.", "[2024-06-09] Call me Sam."]
+
+
+def test_standing_lines_have_a_section_of_their_own_before_the_facts():
+    result = build_context(
+        ContextRequest(
+            max_tokens=2048,
+            shares=BudgetShares(),
+            turns=_turns(3),
+            standing=STANDING,
+            facts=["city (fact): Oslo"],
+            memories=_memories(2),
+        )
+    )
+    system = result.messages[0]["content"]
+    assert system.index(STANDING_HEADER) < system.index("# Known facts") < system.index("# Relevant memories")
+    section = system[system.index(STANDING_HEADER) : system.index("\n\n# Known facts")]
+    assert section == STANDING_HEADER + "".join(f"\n- {line}" for line in STANDING)
+    assert result.standing_used == 3 and result.facts_used == 1 and result.sections["memory"].reason == "all_fit"
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+
+
+def test_standing_lines_alone_make_the_memory_section_and_count_in_it():
+    bare = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), turns=_turns(3)))
+    result = build_context(ContextRequest(max_tokens=2048, shares=BudgetShares(), turns=_turns(3), standing=STANDING[:1]))
+    assert bare.sections["memory"].reason == "empty" and result.sections["memory"].reason == "all_fit"
+    assert result.sections["memory"].tokens == result.total_tokens - bare.total_tokens > 0
+
+
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.25, 1.0])
+def test_standing_lines_take_at_most_their_share_of_memorys_grant_first_ones_first(share):
+    many = [f"[2024-01-{1 + i % 28:02d}] Always mention rule number {i} " + "word " * 10 for i in range(200)]
+    result = build_context(
+        ContextRequest(
+            max_tokens=4096,
+            shares=BudgetShares(),
+            turns=_turns(1),
+            standing=many,
+            standing_share=share,
+            memories=_memories(50),
+        )
+    )
+    system = result.messages[0]["content"]
+    memory = result.sections["memory"]
+    taken = system.count("Always mention rule number")
+    assert taken == result.standing_used < len(many)
+    assert all(f"rule number {i} " in system for i in range(taken))
+    cap = int(memory.budget * share)
+    standing_tokens = count_tokens(STANDING_HEADER + "".join(f"\n- {line}" for line in many[:taken])) if taken else 0
+    assert standing_tokens <= cap + 2  # counted alone; within the prompt a line start adds nothing
+    assert (taken == 0) == (share < 0.01)
+    assert memory.reason == "room" and bool(result.memories_used) == (share < 1)  # the rest of the grant went to recall
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
+
+
+standing_lines = st.lists(
+    st.lists(st.sampled_from([*AWKWARD, "Always ", "use ", "\n", "\n- ", "[2024-05-01] "]), max_size=12).map("".join),
+    max_size=30,
+)
+
+
+@hypothesis_settings(max_examples=120, deadline=None)
+@given(
+    standing=standing_lines,
+    share=st.floats(0, 1),
+    max_tokens=st.sampled_from([400, 700, 1200, 4096]),
+    summary=st.booleans(),
+    facts=st.integers(0, 5),
+    memories=st.integers(0, 30),
+    turns=st.integers(1, 60),
+    tools=st.booleans(),
+)
+def test_standing_lines_never_take_the_prompt_over_the_limit(standing, share, max_tokens, summary, facts, memories, turns, tools):
+    request = ContextRequest(
+        max_tokens=max_tokens,
+        shares=BudgetShares(),
+        summary="summary " * 60 if summary else None,
+        turns=_turns(turns, words=8),
+        standing=standing,
+        standing_share=share,
+        facts=[f"k{i} (fact): v{i}" for i in range(facts)],
+        memories=_memories(memories),
+        tool_results=[{"name": "t", "content": "x " * 300}] if tools else [],
+    )
+    result = build_context(request)
+    assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
+    assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+    assert result.standing_used <= len(standing)
+    assert result.sections["memory"].tokens <= result.sections["memory"].budget

@@ -67,5 +67,5 @@ def test_schema_is_bounded():
     schema = RESPONSE_FORMAT["json_schema"]["schema"]
     facts = schema["properties"]["facts"]
     assert facts["maxItems"] and facts["items"]["properties"]["value"]["maxLength"]
-    assert facts["items"]["properties"]["category"]["enum"] == ["preference", "fact", "decision", "task"]
+    assert facts["items"]["properties"]["category"]["enum"] == ["preference", "fact", "decision", "task", "instruction"]
     assert "Known facts:\n- lang: Python" in extraction_messages([("lang", "Python")], [])[1]["content"]

@@ -53,4 +53,4 @@ async def test_the_limits_are_the_rest_models(tools):
     assert (text["minLength"], text["maxLength"]) == (1, 8192)
     assert (top_k["minimum"], top_k["maximum"], top_k["default"]) == (1, 100, 10)
     assert (messages["minItems"], messages["maxItems"]) == (1, 100)
-    assert tools["set_fact"]["properties"]["category"]["enum"] == ["preference", "fact", "decision", "task"]
+    assert tools["set_fact"]["properties"]["category"]["enum"] == ["preference", "fact", "decision", "task", "instruction"]
