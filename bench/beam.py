@@ -34,8 +34,10 @@ import statistics
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 from tqdm import tqdm
@@ -63,6 +65,8 @@ UNRELATED = (
 )
 """Questions no conversation answers: what memory their prompts get is memory spent on nothing."""
 MODES = {"defaults": {}, "uncapped": {"min_score": -1}}
+KEPT_REASONS = ("similarity", "keywords", "no_floor", "beyond_limit")
+"""An explained candidate with one of these passed the floors: the second stage ranks it."""
 APPEND_BATCH = 100  # the API's most messages per request
 LENGTHS = ((0, 1000), (1000, 3000), (3000, 10**9))  # source messages by characters, for the breakdown
 
@@ -117,6 +121,19 @@ def ingest(client: httpx.Client, conversation: Conversation, user: str) -> Inges
     ingested.append_s = time.perf_counter() - started
     wait_memorized(client, ingested.last_seq, timeout_s=6 * 3600)
     ingested.searchable_s = time.perf_counter() - started
+    return ingested
+
+
+def already_ingested(conversation: Conversation, user: str) -> Ingested:
+    """Where each message of a conversation a run ingested before is (`--reuse`): its batches'
+    sessions take their messages at seqs 1.. in order, as `ingest` appended them."""
+    ingested = Ingested()
+    seqs: dict[int, int] = {}
+    for message in conversation.messages:
+        seqs[message.batch] = seqs.get(message.batch, 0) + 1
+        ingested.where[(f"{user}-b{message.batch}", seqs[message.batch])] = message.id
+        ingested.messages += 1
+        ingested.chars += len(message.content)
     return ingested
 
 
@@ -224,14 +241,24 @@ def ask(client: httpx.Client, stored: Stored, number: int, question: Question, b
 
 
 def run_service(
-    client: httpx.Client, conversations: list[Conversation], budgets: list[int], top_k: int
+    client: httpx.Client,
+    conversations: list[Conversation],
+    budgets: list[int],
+    top_k: int,
+    run: str,
+    reuse: bool = False,
+    candidates: TextIO | None = None,
 ) -> tuple[list[dict], dict]:
-    """Each conversation ingested as its own user, memorized, then asked its questions."""
-    run = uuid.uuid4().hex[:6]
+    """Each conversation ingested as its own user, memorized, then asked its questions. `reuse`:
+    the run's users hold the conversations already; `candidates`: every question's explained
+    search is written there, a JSON line each, for `bench.rerank_fit --candidates`."""
     rows, ingest_figures = [], {}
     for conversation in conversations:
         user = f"beam-{conversation.name}-{run}"
-        ingested = ingest(client, conversation, user)
+        if reuse:
+            ingested = already_ingested(conversation, user)
+        else:
+            ingested = ingest(client, conversation, user)
         ingest_figures[conversation.name] = {
             "messages": ingested.messages, "chars": ingested.chars, "refused": ingested.refused,
             "append_s": ingested.append_s, "searchable_s": ingested.searchable_s,
@@ -241,8 +268,24 @@ def run_service(
         stored = Stored.of(user, ingested, conversation)
         for number, question in enumerate(tqdm(conversation.questions, desc=f"questions {conversation.name}", unit="q")):
             rows.append({"conversation": conversation.name, **ask(client, stored, number, question, budgets, top_k)})
+            if candidates is not None:
+                candidates.write(json.dumps(explained_candidates(client, stored, conversation.name, question)) + "\n")
         rows += [{"conversation": conversation.name, **row} for row in ask_unrelated(client, stored, budgets)]
     return rows, ingest_figures
+
+
+def explained_candidates(client: httpx.Client, stored: Stored, conversation: str, question: Question) -> dict:
+    """A question's search explained: every candidate of either side, with the scores the second
+    stage's features are made of, its text, the message it is of and whether the floors passed it
+    (those are what the second stage ranks)."""
+    body = {"query": question.text, "top_k": 100, "explain": True}
+    response = client.post(f"/v1/users/{stored.user}/memories/search", json=body)
+    response.raise_for_status()
+    candidates = response.json()["candidates"]
+    for c in candidates:
+        c["message"] = stored.ingested.where.get((c["session_id"], c["seq"]))
+        c["passed"] = c["reason"] in KEPT_REASONS
+    return {"conversation": conversation, "question": question.text, "sources": list(question.sources), "candidates": candidates}
 
 
 def ask_unrelated(client: httpx.Client, stored: Stored, budgets: list[int]) -> list[dict]:
@@ -354,8 +397,9 @@ def ingest_totals(ingest_figures: dict) -> dict:
     chars = sum(f["chars"] for f in ingest_figures.values())
     seconds = sum(f["searchable_s"] for f in ingest_figures.values())
     refused = sum(len(f["refused"]) for f in ingest_figures.values())
+    per_s = 1 / seconds if seconds else float("nan")  # nan: a --reuse run ingested nothing
     return {"messages": messages, "chars": chars, "refused": refused, "searchable_s": seconds,
-            "messages_per_s": messages / seconds, "chars_per_s": chars / seconds}  # fmt: skip
+            "messages_per_s": messages * per_s, "chars_per_s": chars * per_s}  # fmt: skip
 
 
 def table(figures: dict, mode: str, budgets: list[int]) -> str:
@@ -404,8 +448,11 @@ def measure(
         rows = run_dense(conversations)
         return rows, summarize(rows, ["dense"], budgets), ["dense"]
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    with httpx.Client(base_url=args.url, timeout=300, headers=headers) as client:
-        rows, ingest_figures = run_service(client, conversations, budgets, args.top_k)
+    with (
+        httpx.Client(base_url=args.url, timeout=300, headers=headers) as client,
+        args.candidates.open("w") if args.candidates else nullcontext() as candidates,
+    ):
+        rows, ingest_figures = run_service(client, conversations, budgets, args.top_k, args.run_id, args.reuse, candidates)
     figures = summarize([r for r in rows if "unrelated" not in r], list(MODES), budgets)
     figures["unrelated"] = unrelated_share(rows, budgets)
     figures["ingest"] = ingest_totals(ingest_figures)
@@ -424,6 +471,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top-k", type=int, default=50, help="Hits a search asks for (recall@k counts distinct messages).")
     parser.add_argument("--dense-baseline", action="store_true", help="Dense search over whole messages in process, no service.")
     parser.add_argument("--out", type=Path, default=Path("bench/out/beam.json"))
+    parser.add_argument("--run-id", default=uuid.uuid4().hex[:6], help="Names the run's users (beam-<conversation>-<run id>).")
+    parser.add_argument("--reuse", action="store_true", help="The run's users hold the conversations already: ask only.")
+    parser.add_argument(
+        "--candidates", type=Path, help="Also write each question's explained search here (JSON lines), for bench.rerank_fit."
+    )
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
     conversations = load(args.data, args.conversations, args.limit_messages)

@@ -1,7 +1,12 @@
-"""Fit the second-stage ranking model (serve_app/core/rerank.py) on LoCoMo conversations, and score it
-leave-one-file-out against rank fusion alone, per category.
+"""Fit the second-stage ranking model (serve_app/core/rerank.py) on LoCoMo conversations and long
+ones, and score it leave-one-conversation-out against rank fusion alone, per category and corpus.
 
-    python -m bench.rerank_fit ../shared/data/locomo --json bench/out/rerank_fit.json
+    python -m bench.rerank_fit ../shared/data/locomo --candidates bench/out/beam-candidates.jsonl \
+        --json bench/out/rerank_fit.json
+
+Long conversations come as `bench.beam --candidates` wrote them (each question's explained search
+over HTTP, bench/rerank_candidates.py); each is held out like a LoCoMo file, and each corpus weighs
+the same in every fit.
 
 In process, like `bench.recall_tune`: the service's keyword normalization, fusion with the shipped
 defaults and both floors on (as `/v1/context` and a plain search use them), the real stores, the
@@ -20,14 +25,17 @@ import json
 import random
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
+from bench import rerank_candidates
 from bench.locomo_data import CATEGORIES, recall_at
 from bench.recall_tune import Conversation, Variant, fused_candidates, index_and_search
+from bench.rerank_candidates import LongConversation
 from serve_app.core.ranking import FusionParams
 from serve_app.core.rerank import FEATURES, RerankModel, features, rerank
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
@@ -39,19 +47,49 @@ KS = (1, 5, 10, 20)
 REGULARIZATION = 1.0  # sklearn's C
 
 
-def fit(convs: list[Conversation], variant: str, params: FusionParams, without: frozenset[str] = frozenset()) -> RerankModel:
-    """Logistic regression on every kept candidate of every question; a feature in `without` gets
-    weight 0 (the model is fitted on the others)."""
+def locomo_rows(conv: Conversation, variant: str, params: FusionParams) -> tuple[list[tuple[float, ...]], list[bool]]:
+    """Every kept candidate of every question of a LoCoMo file: its features and whether it is evidence."""
     rows, labels = [], []
-    for conv in convs:
-        for qi, question in enumerate(conv.questions):
-            found = fused_candidates(conv, qi, variant, params)
-            rows += features(found.fused, found.dense, found.keyword, found.hits)
-            labels += [found.dia[f.id] in question.evidence for f in found.fused]
+    for qi, question in enumerate(conv.questions):
+        found = fused_candidates(conv, qi, variant, params)
+        rows += features(found.fused, found.dense, found.keyword, found.hits)
+        labels += [found.dia[f.id] in question.evidence for f in found.fused]
+    return rows, labels
+
+
+def long_rows(conv: LongConversation) -> tuple[list[tuple[float, ...]], list[bool]]:
+    return [r for q in conv.questions for r in q.rows], [b for q in conv.questions for b in q.labels]
+
+
+def fit(
+    convs: list[Conversation],
+    variant: str,
+    params: FusionParams,
+    without: frozenset[str] = frozenset(),
+    long: Sequence[LongConversation] = (),
+) -> RerankModel:
+    """Logistic regression on every kept candidate of every question; a feature in `without` gets
+    weight 0 (the model is fitted on the others). With long conversations too, each corpus weighs
+    the same in the fit however many candidates it has: neither kind of conversation is the
+    other's afterthought."""
+    parts = [locomo_rows(conv, variant, params) for conv in convs]
+    corpora = [("locomo", parts)] if parts else []
+    if long:
+        corpora.append(("long", [long_rows(conv) for conv in long]))
+    rows, labels, weights = [], [], []
+    for _, groups in corpora:
+        count = sum(len(r) for r, _ in groups)
+        for r, y in groups:
+            rows += r
+            labels += y
+            weights += [1.0 / count] * len(r)
     x = np.array(rows)
+    sample_weight = np.array(weights) * len(rows) / len(corpora)
     used = [i for i, name in enumerate(FEATURES) if name not in without]
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit(((x - mean) / scale)[:, used], np.array(labels))
+    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit(
+        ((x - mean) / scale)[:, used], np.array(labels), sample_weight=sample_weight
+    )
     weight = np.zeros(len(FEATURES))
     weight[used] = model.coef_[0]
     return RerankModel(
@@ -80,17 +118,27 @@ def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: R
 
 
 def leave_one_file_out(
-    convs: list[Conversation], variant: str, params: FusionParams, without: frozenset[str]
-) -> tuple[list[dict], dict[str, dict]]:
-    """Each file ranked by a model fitted on the others: its rows, and each file's summary."""
+    convs: list[Conversation],
+    variant: str,
+    params: FusionParams,
+    without: frozenset[str],
+    long: Sequence[LongConversation] = (),
+) -> tuple[list[dict], dict[str, dict], list[dict]]:
+    """Each conversation (a LoCoMo file, a long conversation) ranked by a model fitted on all the
+    others of both kinds: the LoCoMo rows, each conversation's summary, the long conversations' rows."""
     held_out: list[dict] = []
+    long_held_out: list[dict] = []
     per_file = {}
-    for conv in tqdm(convs, desc="leave one file out", unit="file"):
-        model = fit([c for c in convs if c is not conv], variant, params, without)
-        rows = recall_rows(conv, variant, params, model)
+    for conv in tqdm([*convs, *long], desc="leave one conversation out", unit="conversation"):
+        model = fit([c for c in convs if c is not conv], variant, params, without, [c for c in long if c is not conv])
+        if isinstance(conv, LongConversation):
+            rows = rerank_candidates.recall_rows(conv, model, KS)
+            long_held_out += rows
+        else:
+            rows = recall_rows(conv, variant, params, model)
+            held_out += rows
         per_file[conv.name] = summary(rows)["all"]
-        held_out += rows
-    return held_out, per_file
+    return held_out, per_file, long_held_out
 
 
 def summary_pairs(before: list[dict], after: list[dict]) -> dict[str, dict]:
@@ -159,6 +207,13 @@ def main() -> None:
         help="Also run it all on vectors of each whole text alone (the document embedding before sentences) and "
         "print the paired held-out gain of the sentence-aware vectors.",
     )
+    parser.add_argument(
+        "--candidates",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="bench.beam --candidates files: long conversations fitted and held out with the LoCoMo files.",
+    )
     parser.add_argument("--without", default="", help="Features to leave out, comma-separated (of: " + ", ".join(FEATURES) + ").")
     args = parser.parse_args()
     files = sorted(args.data.glob("*.json"))
@@ -181,13 +236,16 @@ def main() -> None:
             backends.stop()
 
     without = frozenset(args.without.split(",")) if args.without else frozenset()
-    held_out, per_file = leave_one_file_out(convs, variant.name, params, without)
+    long = rerank_candidates.load(args.candidates)
+    held_out, per_file, long_held_out = leave_one_file_out(convs, variant.name, params, without, long)
     table = summary(held_out)
-    print("\nrecall@k, floors on, each file ranked by a model fitted on the others (held out): fusion -> reranked")
-    print(f"{'':<13}{'n':>5}" + "".join(f"{f'R@{k}':>16}" for k in KS))
+    if long_held_out:
+        table["long conversations"] = summary(long_held_out)["all"]
+    print("\nrecall@k, floors on, each conversation ranked by a model fitted on the others (held out): fusion -> reranked")
+    print(f"{'':<19}{'n':>5}" + "".join(f"{f'R@{k}':>16}" for k in KS))
     for name, row in [*table.items(), *per_file.items()]:
         cells = "".join(f"{f'{a:.3f} -> {b:.3f}':>16}" for a, b in zip(row["fusion"], row["reranked"], strict=True))
-        print(f"{name:<13}{row['n']:>5}{cells}")
+        print(f"{name[:18]:<19}{row['n']:>5}{cells}")
     intervals = dict(zip(KS, paired_intervals(held_out), strict=True))
     print(
         "paired gain, 95% bootstrap over questions: "
@@ -195,7 +253,7 @@ def main() -> None:
     )
     if whole:
         report_against_whole_text(leave_one_file_out(whole, variant.name, params, without)[0], held_out)
-    shipped = fit(convs, variant.name, params, without)
+    shipped = fit(convs, variant.name, params, without, long)
     print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
     print(f"features: {', '.join(FEATURES)}")
     print(shipped)

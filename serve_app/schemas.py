@@ -366,6 +366,7 @@ class SearchRequest(Strict):
 class ExplainedHit(SearchHit):
     """A candidate of either search, with what fusion and the second stage made of it."""
 
+    role: str = Field(description="Who said it: user or assistant for a turn, memory for one added directly.")
     fused_score: float = Field(description="Its weighted reciprocal-rank fusion score (the first stage).")
     kept: bool
     reason: Literal[

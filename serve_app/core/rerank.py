@@ -3,12 +3,15 @@ each candidate, no model call and no extra round trip.
 
 Rank fusion weighs every candidate by its two ranks alone. The model also sees how far a candidate
 is from each side's best score, how much of the query its words cover, how long it is (a bare
-"Thanks!" rarely answers anything) and how many better-fused candidates share its session. Its
-weights come from `bench.rerank_fit` (leave-one-file-out figures: docs/benchmarks/rerank_fit.md); the score it gives
-is the model's probability that a candidate is evidence for the query, so scores and order agree.
+"Thanks!" rarely answers anything), how many better-fused candidates share its session, and who
+said it: what a user asks about later is more often what they said than what an assistant wrote
+around it, and an assistant's long answers, cut into many passages, would otherwise crowd the
+list. Its weights come from `bench.rerank_fit`, fitted on short conversations and long ones
+together (leave-one-conversation-out figures: docs/benchmarks/rerank_fit.md); the score it gives is
+the model's probability that a candidate is evidence for the query, so scores and order agree.
 
-Pure: recall hands in the fused list, both sides' lists and each candidate's session and text;
-this returns the new order.
+Pure: recall hands in the fused list, both sides' lists and each candidate's session, role and
+text; this returns the new order.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ FEATURES = (
     "coverage",  # share of the query's idf weight its words match, 0 when absent
     "length",  # log(1 + characters of its text)
     "session_above",  # log(1 + better-fused candidates from the same session)
+    "user_turn",  # 1 for what the user said, 0 for the assistant's turns and anything else
 )
 RANK_K = 20.0
 
@@ -91,12 +95,12 @@ class RerankModel:
 
 # Fitted by `python -m bench.rerank_fit ../shared/data/locomo` on all three development files.
 SHIPPED_MODEL = RerankModel(
-    mean=(0.333114, -0.154594, 0.020879, 0.205559, 0.012001, 0.163234, 4.793622, 0.835122),
-    scale=(0.23275, 0.074039, 0.01308, 0.292255, 0.015955, 0.247273, 0.605975, 0.701169),
-    weight=(0.859437, 0.219582, 0.3302, 0.943655, -0.441586, 0.157645, 0.889995, 0.12805),
+    mean=(0.333114, -0.154594, 0.020879, 0.205559, 0.012001, 0.163234, 4.793622, 0.835122, 0.5),
+    scale=(0.23275, 0.074039, 0.01308, 0.292255, 0.015955, 0.247273, 0.605975, 0.701169, 0.5),
+    weight=(0.859437, 0.219582, 0.3302, 0.943655, -0.441586, 0.157645, 0.889995, 0.12805, 0.0),
     bias=-6.003712,
-    low=(0.075, -0.49835, 0.0, 0.0, 0.0, 0.0, 2.197225, 0.0),
-    high=(1.0, 0.0, 0.05, 1.0, 0.05, 1.0, 6.098074, 3.091042),
+    low=(0.075, -0.49835, 0.0, 0.0, 0.0, 0.0, 2.197225, 0.0, 0.0),
+    high=(1.0, 0.0, 0.05, 1.0, 0.05, 1.0, 6.098074, 3.091042, 1.0),
 )
 
 
@@ -105,6 +109,7 @@ class Described(Protocol):
 
     session_id: str
     text: str
+    role: str
 
 
 def features(
@@ -136,6 +141,7 @@ def features(
                 coverage.get(candidate.id, 0.0),
                 math.log1p(len(facts.text)),
                 math.log1p(seen),
+                1.0 if facts.role == "user" else 0.0,
             )
         )
     return rows

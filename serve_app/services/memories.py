@@ -142,6 +142,7 @@ def explained_hit(verdict: Verdict, hit: Hit) -> schemas.ExplainedHit:
         text=hit.text,
         score=round(fused.score, 6),
         fused_score=round(fused.score if fused.fused_score is None else fused.fused_score, 6),
+        role=hit.role,
         session_id=hit.session_id,
         seq=hit.seq,
         created_at=ms_to_datetime(hit.created_at_ms),

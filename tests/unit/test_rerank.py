@@ -17,13 +17,14 @@ KEYWORD = [Scored("b", 9.0, coverage=0.9), Scored("d", 3.0, coverage=0.5)]
 class Memory:
     session_id: str
     text: str
+    role: str = "assistant"
 
 
-def memory(session: str, length: int) -> Memory:
-    return Memory(session, "x" * length)
+def memory(session: str, length: int, role: str = "assistant") -> Memory:
+    return Memory(session, "x" * length, role)
 
 
-ABOUT = {"a": memory("s1", 10), "b": memory("s1", 200), "c": memory("s2", 50), "d": memory("s1", 0)}
+ABOUT = {"a": memory("s1", 10), "b": memory("s1", 200, "user"), "c": memory("s2", 50), "d": memory("s1", 0)}
 PARAMS = FusionParams(min_similarity=-1)
 
 
@@ -50,6 +51,7 @@ def test_features_follow_their_definitions():
     assert rows["b"]["length"] == pytest.approx(math.log1p(200))
     # s1 holds b, d, a in fused order; c is alone in s2
     assert [rows[i]["session_above"] for i in "bdac"] == pytest.approx([0.0, math.log1p(1), math.log1p(2), 0.0])
+    assert [rows[i]["user_turn"] for i in "bdac"] == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_the_model_decides_the_order_and_its_probability_is_the_score():
