@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from serve_app.core.ranking import Fused, Scored
-from serve_app.core.rerank import RerankModel, features
+from serve_app.core.rerank import RerankModel, SecondStage, features
 
 
 @dataclass
@@ -77,7 +77,7 @@ def distinct_recall(order: Sequence[int | None], sources: frozenset[int], k: int
     return len(sources & set(seen[:k])) / len(sources)
 
 
-def recall_rows(conversation: LongConversation, model: RerankModel, ks: Sequence[int]) -> list[dict]:
+def recall_rows(conversation: LongConversation, model: RerankModel | SecondStage, ks: Sequence[int]) -> list[dict]:
     """Per question: recall@k over distinct messages in the fusion's order and the model's."""
     out = []
     for q in conversation.questions:

@@ -5,8 +5,9 @@ ones, and score it leave-one-conversation-out against rank fusion alone, per cat
         --json bench/out/rerank_fit.json
 
 Long conversations come as `bench.beam --candidates` wrote them (each question's explained search
-over HTTP, bench/rerank_candidates.py); each is held out like a LoCoMo file, and each corpus weighs
-the same in every fit.
+over HTTP, bench/rerank_candidates.py); each is held out like a LoCoMo file. The second stage is
+two models (`SecondStage`): each question's list is fitted into, and ranked by, the one of its kind
+(its median memory short or long), as the service chooses.
 
 In process, like `bench.recall_tune`: the service's keyword normalization, fusion with the shipped
 defaults and both floors on (as `/v1/context` and a plain search use them), the real stores, the
@@ -37,7 +38,7 @@ from bench.locomo_data import CATEGORIES, recall_at
 from bench.recall_tune import Conversation, Variant, fused_candidates, index_and_search
 from bench.rerank_candidates import LongConversation
 from serve_app.core.ranking import FusionParams
-from serve_app.core.rerank import FEATURES, RerankModel, features, rerank
+from serve_app.core.rerank import FEATURES, RerankModel, SecondStage, features, rerank
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
 from serve_app.encoding.sentence import SentenceEncoder
 from serve_app.services.recall import fusion_params
@@ -47,49 +48,32 @@ KS = (1, 5, 10, 20)
 REGULARIZATION = 1.0  # sklearn's C
 
 
-def locomo_rows(conv: Conversation, variant: str, params: FusionParams) -> tuple[list[tuple[float, ...]], list[bool]]:
-    """Every kept candidate of every question of a LoCoMo file: its features and whether it is evidence."""
-    rows, labels = [], []
+Lists = list[tuple[list[tuple[float, ...]], list[bool]]]
+"""Candidate lists, one per question: each candidate's features and whether it is evidence."""
+
+
+def locomo_lists(conv: Conversation, variant: str, params: FusionParams) -> Lists:
+    """Every question's kept candidates of a LoCoMo file: their features and whether each is evidence."""
+    out = []
     for qi, question in enumerate(conv.questions):
         found = fused_candidates(conv, qi, variant, params)
-        rows += features(found.fused, found.dense, found.keyword, found.hits)
-        labels += [found.dia[f.id] in question.evidence for f in found.fused]
-    return rows, labels
+        rows = features(found.fused, found.dense, found.keyword, found.hits)
+        out.append((rows, [found.dia[f.id] in question.evidence for f in found.fused]))
+    return out
 
 
-def long_rows(conv: LongConversation) -> tuple[list[tuple[float, ...]], list[bool]]:
-    return [r for q in conv.questions for r in q.rows], [b for q in conv.questions for b in q.labels]
+def long_lists(conv: LongConversation) -> Lists:
+    return [(q.rows, q.labels) for q in conv.questions]
 
 
-def fit(
-    convs: list[Conversation],
-    variant: str,
-    params: FusionParams,
-    without: frozenset[str] = frozenset(),
-    long: Sequence[LongConversation] = (),
-) -> RerankModel:
-    """Logistic regression on every kept candidate of every question; a feature in `without` gets
-    weight 0 (the model is fitted on the others). With long conversations too, each corpus weighs
-    the same in the fit however many candidates it has: neither kind of conversation is the
-    other's afterthought."""
-    parts = [locomo_rows(conv, variant, params) for conv in convs]
-    corpora = [("locomo", parts)] if parts else []
-    if long:
-        corpora.append(("long", [long_rows(conv) for conv in long]))
-    rows, labels, weights = [], [], []
-    for _, groups in corpora:
-        count = sum(len(r) for r, _ in groups)
-        for r, y in groups:
-            rows += r
-            labels += y
-            weights += [1.0 / count] * len(r)
-    x = np.array(rows)
-    sample_weight = np.array(weights) * len(rows) / len(corpora)
+def fit_model(lists: Lists, without: frozenset[str] = frozenset()) -> RerankModel:
+    """Logistic regression on every candidate of these lists; a feature in `without` gets weight 0
+    (the model is fitted on the others)."""
+    x = np.array([row for rows, _ in lists for row in rows])
+    labels = np.array([label for _, ys in lists for label in ys])
     used = [i for i, name in enumerate(FEATURES) if name not in without]
     mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit(
-        ((x - mean) / scale)[:, used], np.array(labels), sample_weight=sample_weight
-    )
+    model = LogisticRegression(C=REGULARIZATION, max_iter=5000).fit(((x - mean) / scale)[:, used], labels)
     weight = np.zeros(len(FEATURES))
     weight[used] = model.coef_[0]
     return RerankModel(
@@ -102,7 +86,29 @@ def fit(
     )
 
 
-def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: RerankModel) -> list[dict]:
+def fit_stage(lists: Lists, without: frozenset[str] = frozenset()) -> SecondStage:
+    """The two models, each fitted on the lists it will rank (`SecondStage.model_for` decides, as
+    the service does); a kind with no list gets the other's model."""
+    kinds: dict[bool, Lists] = {False: [], True: []}
+    for rows, labels in lists:
+        if rows:
+            kinds[SecondStage.is_long(rows)].append((rows, labels))
+    fitted = {long: fit_model(group, without) for long, group in kinds.items() if group}
+    return SecondStage(fitted.get(False) or fitted[True], fitted.get(True) or fitted[False])
+
+
+def fit(
+    convs: list[Conversation],
+    variant: str,
+    params: FusionParams,
+    without: frozenset[str] = frozenset(),
+    long: Sequence[LongConversation] = (),
+) -> SecondStage:
+    lists = [item for conv in convs for item in locomo_lists(conv, variant, params)]
+    return fit_stage(lists + [item for conv in long for item in long_lists(conv)], without)
+
+
+def recall_rows(conv: Conversation, variant: str, params: FusionParams, model: SecondStage) -> list[dict]:
     out = []
     for qi, question in enumerate(conv.questions):
         found = fused_candidates(conv, qi, variant, params)
@@ -254,9 +260,9 @@ def main() -> None:
     if whole:
         report_against_whole_text(leave_one_file_out(whole, variant.name, params, without)[0], held_out)
     shipped = fit(convs, variant.name, params, without, long)
-    print("\nfitted on all files (paste into serve_app/core/rerank.py as SHIPPED_MODEL):")
+    print("\nfitted on all conversations (paste into serve_app/core/rerank.py as SHIPPED_SHORT and SHIPPED_LONG):")
     print(f"features: {', '.join(FEATURES)}")
-    print(shipped)
+    print(f"short: {shipped.short}\nlong: {shipped.long}")
     if args.model_out:
         args.model_out.write_text(json.dumps(shipped.to_dict(), indent=2))
         print(f"model written to {args.model_out} (serve it with MEMSERVE_RECALL_RERANK_MODEL={args.model_out})")

@@ -331,11 +331,11 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=8)
 def _rerank_model(path: str):
-    from serve_app.core.rerank import SHIPPED_MODEL, RerankModel
+    from serve_app.core.rerank import SHIPPED_MODEL, SecondStage
 
     if not path:
         return SHIPPED_MODEL
     try:
-        return RerankModel.from_file(path)
+        return SecondStage.from_file(path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"recall_rerank_model {path!r} is not a second-stage model file: {exc}") from exc

@@ -93,15 +93,71 @@ class RerankModel:
         return (1.0 / (1.0 + np.exp(-logits))).tolist()  # clipped: exp overflows past about 709
 
 
-# Fitted by `python -m bench.rerank_fit ../shared/data/locomo` on all three development files.
-SHIPPED_MODEL = RerankModel(
-    mean=(0.333114, -0.154594, 0.020879, 0.205559, 0.012001, 0.163234, 4.793622, 0.835122, 0.5),
-    scale=(0.23275, 0.074039, 0.01308, 0.292255, 0.015955, 0.247273, 0.605975, 0.701169, 0.5),
-    weight=(0.859437, 0.219582, 0.3302, 0.943655, -0.441586, 0.157645, 0.889995, 0.12805, 0.0),
-    bias=-6.003712,
-    low=(0.075, -0.49835, 0.0, 0.0, 0.0, 0.0, 2.197225, 0.0, 0.0),
+LENGTH = FEATURES.index("length")
+LONG_LIST_CHARS = 300
+"""A list of candidates whose median memory is at least this long is ranked by the long model."""
+
+
+@dataclass(frozen=True)
+class SecondStage:
+    """Two models of the same features: one fitted on lists of short memories (chat turns), one on
+    lists of long ones (the passages of long turns and the turns among them). Which one ranks a
+    list is read from the list itself, its median text length: a user whose memories are plans and
+    pasted logs is ranked by the model that learnt from such, and one who chats in a line or two by
+    the other, with neither fit bent to serve both."""
+
+    short: RerankModel
+    long: RerankModel
+
+    @staticmethod
+    def is_long(rows: Sequence[Sequence[float]]) -> bool:
+        """Whether a list's median memory is long (`LONG_LIST_CHARS`); its rows hold `length`."""
+        if not len(rows):
+            return False
+        lengths = sorted(row[LENGTH] for row in rows)
+        return lengths[len(lengths) // 2] >= math.log1p(LONG_LIST_CHARS)
+
+    def model_for(self, rows: Sequence[Sequence[float]]) -> RerankModel:
+        return self.long if self.is_long(rows) else self.short
+
+    def probabilities(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        return self.model_for(rows).probabilities(rows)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> SecondStage:
+        """Both models as `to_dict` wrote them, or one model (as older files hold) for both kinds."""
+        if "short" in data and "long" in data:
+            return cls(RerankModel.from_dict(data["short"]), RerankModel.from_dict(data["long"]))  # type: ignore[arg-type]
+        model = RerankModel.from_dict(data)
+        return cls(model, model)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SecondStage:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"short": self.short.to_dict(), "long": self.long.to_dict()}
+
+
+# Fitted by `python -m bench.rerank_fit ../shared/data/locomo --candidates BEAM-CANDIDATES` on the three LoCoMo
+# development files and six long conversations (docs/benchmarks/rerank_fit.md).
+SHIPPED_SHORT = RerankModel(
+    mean=(0.333502, -0.155083, 0.020883, 0.20541, 0.012006, 0.163276, 4.796826, 0.837429, 0.505586),
+    scale=(0.233065, 0.074116, 0.013076, 0.292162, 0.01596, 0.247303, 0.606081, 0.700799, 0.499969),
+    weight=(0.885884, 0.257602, 0.308077, 0.919016, -0.420585, 0.158479, 0.902982, 0.158441, 0.021045),
+    bias=-6.054473,
+    low=(0.075, -0.480969, 0.0, 0.0, 0.0, 0.0, 2.197225, 0.0, 0.0),
     high=(1.0, 0.0, 0.05, 1.0, 0.05, 1.0, 6.098074, 3.091042, 1.0),
 )
+SHIPPED_LONG = RerankModel(
+    mean=(0.265155, -0.204144, 0.012195, 0.343707, 0.010221, 0.278924, 6.148969, 2.329833, 0.291325),
+    scale=(0.200646, 0.088262, 0.011979, 0.342139, 0.012261, 0.302706, 0.404233, 1.089693, 0.454373),
+    weight=(-0.003753, 0.28303, 0.538984, 0.36639, 0.715424, -0.361343, 0.199601, 0.688998, 0.736631),
+    bias=-4.51486,
+    low=(0.058338, -0.512542, 0.0, 0.0, 0.0, 0.0, 4.007333, 0.0, 0.0),
+    high=(1.0, 0.0, 0.05, 1.0, 0.05, 1.0, 6.908755, 4.718499, 1.0),
+)
+SHIPPED_MODEL = SecondStage(SHIPPED_SHORT, SHIPPED_LONG)
 
 
 class Described(Protocol):
@@ -152,7 +208,7 @@ def rerank(
     dense: Sequence[Scored],
     keyword: Sequence[Scored],
     about: Mapping[str, Described],
-    model: RerankModel = SHIPPED_MODEL,
+    model: RerankModel | SecondStage = SHIPPED_MODEL,
 ) -> list[Fused]:
     """The candidates best first by the model's probability, which becomes their score (the fused
     score stays in `fused_score`); equal probabilities keep the fused order."""

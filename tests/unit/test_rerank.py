@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from serve_app.core.ranking import FusionParams, Scored, explain, fuse
-from serve_app.core.rerank import FEATURES, SHIPPED_MODEL, RerankModel, features, reordered, rerank
+from serve_app.core.rerank import FEATURES, SHIPPED_MODEL, RerankModel, SecondStage, features, reordered, rerank
 
 DENSE = [Scored("a", 0.80), Scored("b", 0.60), Scored("c", 0.40)]
 KEYWORD = [Scored("b", 9.0, coverage=0.9), Scored("d", 3.0, coverage=0.5)]
@@ -81,7 +81,7 @@ def test_the_shipped_model_prefers_a_turn_that_says_something():
     dense = [Scored("short", 0.5), Scored("long", 0.5)]
     fused = fuse(dense, [], PARAMS)
     about = {"short": memory("s", 7), "long": memory("s", 160)}
-    assert SHIPPED_MODEL.weight[FEATURES.index("length")] > 0
+    assert SHIPPED_MODEL.short.weight[FEATURES.index("length")] > 0
     scored = {f.id: f.score for f in rerank(fused, dense, [], about)}
     assert scored["long"] > scored["short"]
 
@@ -101,22 +101,36 @@ def test_explained_verdicts_follow_the_second_stage():
 
 def test_the_model_does_not_extrapolate_past_what_it_was_fitted_on():
     """A memory far longer than any turn of the fitting data scores as the longest of those did."""
-    longest = round(math.exp(SHIPPED_MODEL.high[FEATURES.index("length")]) - 1)
+    model = SHIPPED_MODEL.long
+    longest = round(math.exp(model.high[FEATURES.index("length")]) - 1)
     dense = [Scored("m", 0.5)]
     fused = fuse(dense, [], PARAMS)
 
-    def score(length: int, model: RerankModel = SHIPPED_MODEL) -> float:
+    def score(length: int, model: RerankModel = model) -> float:
         return rerank(fused, dense, [], {"m": memory("s", length)}, model)[0].score
 
     assert score(20_000) == pytest.approx(score(longest)) and score(longest) > score(longest // 4)
-    unbounded = replace(SHIPPED_MODEL, low=(-1e9,) * len(FEATURES), high=(1e9,) * len(FEATURES))
+    unbounded = replace(model, low=(-1e9,) * len(FEATURES), high=(1e9,) * len(FEATURES))
     assert score(20_000, unbounded) > 2 * score(longest, unbounded)  # what the bounds prevent
 
 
-def test_a_model_file_reads_back_as_the_same_model(tmp_path):
+def test_a_model_file_reads_back_as_the_same_models_and_a_file_of_one_model_serves_both_kinds(tmp_path):
     path = tmp_path / "model.json"
     path.write_text(json.dumps(SHIPPED_MODEL.to_dict()))
-    assert RerankModel.from_file(path) == SHIPPED_MODEL
+    assert SecondStage.from_file(path) == SHIPPED_MODEL
+    path.write_text(json.dumps(SHIPPED_MODEL.long.to_dict()))
+    assert SecondStage.from_file(path) == SecondStage(SHIPPED_MODEL.long, SHIPPED_MODEL.long)
+
+
+def test_a_list_of_long_memories_is_ranked_by_the_long_model():
+    """By the list's median length: a list of chat turns by one model, one of passages of long turns by the other."""
+    dense = [Scored("a", 0.5), Scored("b", 0.4), Scored("c", 0.3)]
+    fused = fuse(dense, [], PARAMS)
+    stage = SecondStage(only("length", 1.0), only("length", -1.0))
+    chat = {"a": memory("s", 40), "b": memory("s", 120), "c": memory("s", 2000)}
+    plans = {"a": memory("s", 40), "b": memory("s", 600), "c": memory("s", 2000)}
+    assert [f.id for f in rerank(fused, dense, [], chat, stage)] == ["c", "b", "a"]  # the short model
+    assert [f.id for f in rerank(fused, dense, [], plans, stage)] == ["a", "b", "c"]  # the long model
 
 
 @pytest.mark.parametrize(
@@ -129,7 +143,7 @@ def test_a_model_file_reads_back_as_the_same_model(tmp_path):
 )
 def test_a_model_fitted_on_other_features_or_malformed_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
-        RerankModel.from_dict({**SHIPPED_MODEL.to_dict(), **change})
+        RerankModel.from_dict({**SHIPPED_MODEL.short.to_dict(), **change})
 
 
 def test_settings_refuse_a_model_file_that_is_not_one(tmp_path):
