@@ -169,8 +169,8 @@ class Settings(BaseSettings):
     )
     recall_rerank_model: str = Field(
         "",
-        description="JSON file of a second-stage model fitted on your own conversations (`python -m bench.rerank_fit "
-        "DATA --model-out FILE`); empty: the shipped model, fitted on the LoCoMo development files.",
+        description="JSON file of second-stage models fitted on your own conversations (`python -m bench.rerank_fit "
+        "DATA --model-out FILE`); empty: the shipped pair, fitted on LoCoMo and long development conversations.",
     )
     recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")
     recall_dense_weight: float = Field(0.5, ge=0, description="Weight of the dense (vector) ranking in reciprocal-rank fusion.")
