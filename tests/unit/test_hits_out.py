@@ -20,7 +20,11 @@ def test_hits_out_equals_each_hit_built_alone_in_order():
     built = hits_out(hits)
     one_by_one = [
         schemas.SearchHit(
-            id=h.id, text=h.text, score=h.score, session_id=h.session_id, seq=h.seq,
+            id=h.id,
+            text=h.text,
+            score=h.score,
+            session_id=h.session_id,
+            seq=h.seq,
             created_at=ms_to_datetime(h.created_at_ms),
         )  # fmt: skip
         for h in hits
