@@ -216,7 +216,7 @@ class ExplainedHit(SearchHit):
     """A candidate of either search with what fusion and the second stage made of it: `score` is what
     the hits are ordered by, `fused_score` the fusion's."""
 
-    role: str = ""
+    role: str
     """Who said it: user or assistant for a turn, memory for one added directly."""
     fused_score: float
     kept: bool
