@@ -93,6 +93,9 @@ class ContextRequest:
     their own before the facts, because they bear on the request whether or not its words match them."""
     standing_share: float = 0.25
     """The most of memory's grant the standing section takes: the rest is left to what answers the query."""
+    standing_said: Sequence[str] = ()
+    """What each standing line says in the user's words (its rule, without its date): a recalled turn
+    that says the same is not quoted again under the memories when its line is in the prompt."""
 
 
 Reason = Literal["mandatory", "all_fit", "room", "empty"]
@@ -396,6 +399,9 @@ def build_context(req: ContextRequest) -> ContextResult:
         current += cost
         memory_tokens += cost
         standing_used += 1
+    if standing_used and req.standing_said:
+        shown = {memory_lines.duplicate_key(said) for said in req.standing_said[:standing_used]}
+        distinct = [i for i in distinct if memory_lines.said_key(req.memories[i]) not in shown]
     facts_used = 0
     for i, line in enumerate(req.facts):
         piece = _fact_piece(i, line)

@@ -82,6 +82,15 @@ def _words(text: str) -> str:
     return " ".join(text.lower().translate(_PUNCTUATION_TO_SPACE).split())
 
 
+def said_key(item: MemoryItem) -> str:
+    """The duplicate key of what a memory says, without the speaker a turn's line starts with."""
+    if item.part:
+        return duplicate_key(item.body)
+    if item.kind == "turn":
+        return duplicate_key(item.text.partition(": ")[2])
+    return duplicate_key(item.text)
+
+
 def group_header(day: str) -> str:
     return f"\n[{day}]"
 

@@ -148,6 +148,7 @@ async def build_working_memory(
             tools=tools,
             standing=[standing_line(f) for f in standing],
             standing_share=settings.context_standing_share,
+            standing_said=[f.value for f in standing],
         )
     )
     if meta and meta.summary_degraded:

@@ -2,6 +2,7 @@
 when all compete, and what a section leaves flows to memory, then history."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -427,6 +428,28 @@ def test_standing_lines_have_a_section_of_their_own_before_the_facts():
     assert result.standing_used == 3 and result.facts_used == 1 and result.sections["memory"].reason == "all_fit"
     assert result.total_tokens == count_chat(result.messages, add_generation_prompt=True) <= result.limit
     assert sum(s.tokens for k, s in result.sections.items() if k != "output_reserved") == result.total_tokens
+
+
+def test_a_recalled_turn_that_says_a_standing_line_is_not_quoted_again_unless_the_line_is_left_out():
+    turn = MemoryItem("user: I love jazz!", "2024-05-03", "s1", 4)
+    other = MemoryItem("user: The concert is on Friday.", "2024-05-03", "s1", 6)
+    request = ContextRequest(
+        max_tokens=2048,
+        shares=BudgetShares(),
+        turns=_turns(1),
+        standing=["[2024-05-03] I love jazz."],
+        standing_said=["I love jazz."],
+        memories=[turn, other],
+    )
+    shown = build_context(request)
+    system = shown.messages[0]["content"]
+    assert shown.standing_used == 1 and "I love jazz!" not in system and shown.memories_used == [1]
+    left_out = build_context(replace(request, standing_share=0.0))
+    assert (
+        left_out.standing_used == 0
+        and left_out.memories_used == [0, 1]
+        and "user: I love jazz!" in left_out.messages[0]["content"]
+    )
 
 
 def test_standing_lines_alone_make_the_memory_section_and_count_in_it():
