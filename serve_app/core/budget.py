@@ -15,7 +15,7 @@ against memory, so a long conversation is not pushed out by recall.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -387,31 +387,26 @@ def build_context(req: ContextRequest) -> ContextResult:
     history_claim = _history_within(block_tokens[:-1], max(0, shares["history"] - newest - summary_tokens))
     memory_grant = max(0, room() - history_claim)
     memory_tokens = 0
-    # Standing instructions first, up to their share of the grant, in the order given.
-    standing_cap = min(memory_grant, int(memory_grant * req.standing_share))
-    standing_used = 0
-    for i, line in enumerate(req.standing):
-        piece = _standing_piece(i, line)
-        cost = grown(piece)
-        if cost > standing_cap - memory_tokens:
-            break
-        content += piece
-        current += cost
-        memory_tokens += cost
-        standing_used += 1
+
+    def take_lines(lines: Sequence[str], piece_of: Callable[[int, str], str], cap: int) -> int:
+        """The lines, in order, while the memory section stays within `cap`; how many went in."""
+        nonlocal content, current, memory_tokens
+        for i, line in enumerate(lines):
+            piece = piece_of(i, line)
+            cost = grown(piece)
+            if cost > cap - memory_tokens:
+                return i
+            content += piece
+            current += cost
+            memory_tokens += cost
+        return len(lines)
+
+    # Standing instructions first, up to their share of the grant, in the order given; then the facts.
+    standing_used = take_lines(req.standing, _standing_piece, min(memory_grant, int(memory_grant * req.standing_share)))
     if standing_used and req.standing_said:
         shown = {memory_lines.duplicate_key(said) for said in req.standing_said[:standing_used]}
         distinct = [i for i in distinct if memory_lines.said_key(req.memories[i]) not in shown]
-    facts_used = 0
-    for i, line in enumerate(req.facts):
-        piece = _fact_piece(i, line)
-        cost = grown(piece)
-        if cost > memory_grant - memory_tokens:
-            break
-        content += piece
-        current += cost
-        memory_tokens += cost
-        facts_used += 1
+    facts_used = take_lines(req.facts, _fact_piece, memory_grant)
     # All of them at once when they fit (one count), else line by line in rank order.
     picked = _Memories(chosen=list(distinct))
     first_try = True
