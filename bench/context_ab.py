@@ -4,7 +4,7 @@ distinct questions, requests interleaved (the order alternates) so that both see
     # two checkouts, each up on its own ports, e.g. main before a change on :8001 and after on :8002
     python -m bench.context_ab http://127.0.0.1:8001 http://127.0.0.1:8002 --requests 500
 
-Each service gets a user with a 500-turn past session (numbers, ids and dates in every turn), a
+Each service gets a user with a 500-turn past session (`--memories`) (numbers, ids and dates in every turn), a
 50-turn current session and one fact, memorized before timing. Arms: each service with the
 defaults, with `top_k` 0 (no recall: the rest of the request) and B with `top_k` 8 (the memory
 count before the elastic budget). Timing starts once the machine is as quiet as it was before the
@@ -77,12 +77,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="requests per arm")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--chat", action="store_true", help="also time chat completions to the first token")
+    parser.add_argument("--memories", type=int, default=PAST_TURNS, help="past turns of the user (10000: the scale target)")
     args = parser.parse_args()
     user = "ab-" + uuid.uuid4().hex[:8]
     idle = quiet_level()
     for url in (args.a, args.b):
         with httpx.Client(base_url=url, timeout=120) as client:
-            prepare_user(client, user, PAST_TURNS)
+            prepare_user(client, user, args.memories)
     clients = {"A": httpx.Client(base_url=args.a, timeout=60), "B": httpx.Client(base_url=args.b, timeout=60)}
     arms = {
         "A defaults": ("A", {}),
