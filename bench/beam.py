@@ -5,11 +5,12 @@
 
 Measured as `bench.locomo` measures LoCoMo. Each conversation is one user; each batch one session,
 its messages appended in order with `created_at` from the batch's date and the message's number as
-client id (a message over the service's per-message limit is refused with a 422: counted, never
-retried); then, once everything is memorized, every question that names its source messages
+client id (a message the service refuses with a 422 is counted, never retried); then, once
+everything is memorized, every question that names its source messages
 (abstention questions name none) goes through memory search and through POST /v1/context in a fresh
 session. Ingest throughput is messages and characters from the first append to the last message
-memorized.
+memorized. Five questions no conversation answers measure the memory an unrelated question's
+prompt still gets, as a share of an answerable question's.
 
 - **Recall@k**: the hits mapped back to their source messages (session and seq), the first k distinct
   messages, the share of the question's source messages among them, averaged. Search asks for
@@ -23,7 +24,9 @@ memorized.
 over all of the conversation's messages, recall@k the same way.
 
 The data (`../shared/data/beam`, research use only: cite "Beyond a Million Tokens: Benchmarking and
-Enhancing Long-Term Memory in LLMs", ICLR 2026) stays outside the repository; no default was tuned on it.
+Enhancing Long-Term Memory in LLMs", ICLR 2026) stays outside the repository. The second stage's
+long model was fitted on candidates of some of its conversations (`--candidates`, bench.rerank_fit):
+recall on those is in-sample; rerank_fit's leave-one-conversation-out figures are the held-out ones.
 """
 
 from __future__ import annotations
