@@ -8,6 +8,7 @@ the extraction prompt and schema, and the facts store all read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, get_args
 
 from serve_app.core.ids import MAX_ID_LENGTH
@@ -58,9 +59,11 @@ class Hit:
     coverage: float | None = None
     """Keyword hits: the share of the query's idf weight the memory's terms match (0-1)."""
 
-    @property
+    @cached_property
     def place(self) -> tuple[int, int] | None:
-        """(part, parts) of a passage of a long turn (core/passages.py); None for a whole memory."""
+        """(part, parts) of a passage of a long turn (core/passages.py); None for a whole memory.
+        Cached: a context reads it per hit several times (the history check, the prompt line, the
+        API's hit)."""
         return passage_place(self.id) if self.kind == "turn" else None
 
 

@@ -364,10 +364,7 @@ class SessionMemorizer:
                         tenant, user, fact.key, fact.value, fact.category, source_session=session, source_seqs=seqs
                     )
                     report.facts_written += int(changed)
-                if facts and await self.log.forgotten(tenant, user, created_at_ms):
-                    # The user was forgotten between the check above and these writes: the forget
-                    # set its tombstone before erasing, so what we wrote after it is erased here.
-                    await self.facts.forget(tenant, user)
+                if facts and await self._undone_if_forgotten(tenant, user, created_at_ms):
                     report.facts_written = 0
                     return
             await self.log.advance_cursor(tenant, session, chunk[-1]["seq"], done=False, cursor="extracted_upto_seq")
@@ -400,11 +397,17 @@ class SessionMemorizer:
                     tenant, user, key, value, rule.kind, source_session=session, source_seqs=[turn["seq"]]
                 )
                 written += int(changed)
-        if written and await self.log.forgotten(tenant, user, created_at_ms):
-            # Forgotten while we wrote: the forget's tombstone came first, so what we wrote goes here.
-            await self.facts.forget(tenant, user)
+        if written and await self._undone_if_forgotten(tenant, user, created_at_ms):
             return 0
         return written
+
+    async def _undone_if_forgotten(self, tenant: str, user: str, created_at_ms: int) -> bool:
+        """Whether the user was forgotten while facts were written for them; if so, those facts go.
+        The forget set its tombstone before erasing, so what was written after it is erased here."""
+        if not await self.log.forgotten(tenant, user, created_at_ms):
+            return False
+        await self.facts.forget(tenant, user)
+        return True
 
     async def _said_later(self, tenant: str, session: str, held: Fact, turn: dict) -> bool:
         """Whether a kept fact comes from a turn said after `turn` (by seq in one session, else by the
