@@ -55,7 +55,7 @@ from bench.beam_data import (
     load_conversation,
     truncated,
 )
-from bench.beam_evidence import Corpus, PromptText, answer_passage, passages
+from bench.beam_evidence import Corpus, PromptText, answer_passage, passages, without_summaries
 from bench.common import percentile, wait_memorized
 
 KS = (1, 5, 10, 20)
@@ -217,7 +217,7 @@ def context(client: httpx.Client, stored: Stored, question: Question, session: s
     elapsed_ms = (time.perf_counter() - started) * 1000
     response.raise_for_status()
     built = response.json()
-    prompt = PromptText("\n".join(str(m.get("content") or "") for m in built["messages"]))
+    prompt = PromptText(without_summaries("\n".join(str(m.get("content") or "") for m in built["messages"])))
     anywhere, answering = prompt_evidence(prompt, question, stored)
     for source, quoted_any, quoted_answer in zip(sources, anywhere, answering, strict=True):
         source[f"any@{budget}"], source[f"answer@{budget}"] = quoted_any, quoted_answer
@@ -226,6 +226,7 @@ def context(client: httpx.Client, stored: Stored, question: Question, session: s
         f"any@{budget}": sum(anywhere) / len(anywhere),
         f"answer@{budget}": sum(answering) / len(answering),
         f"memory tokens@{budget}": built["usage"]["sections"]["memory"]["tokens"],
+        f"summaries@{budget}": sum(hit.get("kind") == "summary" for hit in built["recalled"]),
         f"total tokens@{budget}": built["usage"]["total_tokens"],
     }
 
@@ -374,7 +375,7 @@ def by_length(rows: list[dict], budgets: list[int]) -> dict[str, dict[str, float
 def summarize(rows: list[dict], modes: Iterable[str], budgets: list[int]) -> dict:
     """Per ability and all: recall@k per mode, evidence in the prompt both ways per budget."""
     keys = [f"{mode} recall@{k}" for mode in modes for k in KS]
-    keys += [f"{what}@{b}" for b in budgets for what in ("any", "answer", "memory tokens", "total tokens")]
+    keys += [f"{what}@{b}" for b in budgets for what in ("any", "answer", "memory tokens", "total tokens", "summaries")]
 
     def figures(group: list[dict]) -> dict:
         # A question naming more than 10 messages cannot reach recall@10 = 1: the most it can reach.
@@ -427,6 +428,10 @@ def report(figures: dict, modes: list[str], budgets: list[int]) -> None:
     for name, row in figures["by_source_length"].items():
         print(f"  {name:<16}" + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
     print("search p50 " + ", ".join(f"{mode} {ms:.1f} ms" for mode, ms in figures["search_p50_ms"].items()))
+    everyone = figures["by_ability"]["all"]
+    if f"summaries@{budgets[0]}" in everyone:
+        counts = ", ".join(f"@{b} {everyone[f'summaries@{b}']:.2f}" for b in budgets)
+        print(f"summary memories per prompt (not counted as evidence): {counts}")
     if "unrelated" in figures:
         spent = figures["unrelated"]
         shares = (f"@{b} {spent[f'memory tokens@{b}']:.0f} ({spent[f'share@{b}']:.1%} of an answerable one's)" for b in budgets)

@@ -6,7 +6,9 @@ other message of the conversation holds, or the whole text when shorter), and it
 passage** is quoted (of the message split into about 600-character passages on sentence
 boundaries, the one sharing most words with the reference answer: its text, or at least
 `PASSAGE_SHARE` of its characters in quoted spans). Text is compared whitespace- and
-case-normalised.
+case-normalised. Summary memories (a block of a session's turns, each by its first sentence) are
+taken out of the prompt first: their lines quote the start of many messages, and a line is not the
+evidence a question needs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ PASSAGE_CHARS = 600
 PASSAGE_SHARE = 0.8
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"\w+")
+_SUMMARY_BULLET = re.compile(r"\n- Summary of turns? [\d-]+ of a session:(?:\n  [^\n]*)*")
+
+
+def without_summaries(prompt: str) -> str:
+    """The prompt less its summary memories' bullets (core/session_summaries.py writes them)."""
+    return _SUMMARY_BULLET.sub("", prompt)
 
 
 def normalized(text: str) -> str:

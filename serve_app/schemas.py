@@ -287,6 +287,11 @@ class SearchHit(BaseModel):
     session_id: str
     seq: int
     created_at: datetime
+    kind: str = Field(
+        "turn",
+        description="turn (said in a session), memory (added directly) or summary (a block of a session's compacted "
+        "turns, their first sentences).",
+    )
     part: int | None = Field(None, description="A passage of a long turn: its place in the turn, from 1 (else null).")
     parts: int | None = Field(None, description="A passage of a long turn: how many passages the turn has (else null).")
 

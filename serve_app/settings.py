@@ -187,6 +187,12 @@ class Settings(BaseSettings):
     memory_passage_chars: int = Field(
         600, ge=100, description="Length a long turn's passages are cut to, at paragraph and sentence breaks."
     )
+    memory_summary_block_turns: int = Field(
+        8,
+        ge=0,
+        description="A compaction remembers the turns it folds as summary memories, one per block of this many of "
+        "the session's turns (their first sentences); 0 = none.",
+    )
     query_embedding: Literal["local", "deployment"] = Field(
         "local",
         description="local: the ingress embeds queries itself (no Serve hop on the recall path); "

@@ -144,6 +144,8 @@ class SearchHit(_Model):
     session_id: str
     seq: int
     created_at: datetime
+    kind: str = "turn"
+    """turn (said in a session), memory (added directly) or summary (a block of a session's compacted turns)."""
     part: int | None = None
     """A passage of a long turn: its place in the turn, from 1."""
     parts: int | None = None

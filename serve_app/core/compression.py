@@ -111,14 +111,19 @@ class SummaryState:
 GIST_WORDS = 24
 
 
-def gist_line(message: dict[str, Any]) -> str:
-    """First sentence (at most GIST_WORDS words) of a turn, tagged with its seq and role."""
+def gist(message: dict[str, Any]) -> str:
+    """First sentence of a turn, at most GIST_WORDS words."""
     text = " ".join(message_text(message).split())
     sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
     words = sentence.split(" ")
     if len(words) > GIST_WORDS:
         sentence = " ".join(words[:GIST_WORDS]) + " …"
-    return f"[#{message['seq']} {message.get('role')}] {sentence}"
+    return sentence
+
+
+def gist_line(message: dict[str, Any]) -> str:
+    """A turn's gist, tagged with its seq and role."""
+    return f"[#{message['seq']} {message.get('role')}] {gist(message)}"
 
 
 def render_summary(state: SummaryState, covers_upto_seq: int) -> str:

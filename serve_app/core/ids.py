@@ -47,6 +47,13 @@ def turn_memory_id(tenant_id: str, user_id: str, session_id: str, role: str, con
     return "t" + _digest(tenant_id, user_id, session_id, role, " ".join(content.split()))
 
 
+def summary_memory_id(tenant_id: str, user_id: str, session_id: str, session_created_ms: int, block: int) -> str:
+    """Memory id of a block of a session's summary (core/session_summaries.py): by the session's
+    creation time too, so a conversation under a session id used again after its log expired adds
+    its summaries beside the old one's."""
+    return "s" + _digest(tenant_id, user_id, session_id, str(session_created_ms), str(block))
+
+
 def direct_memory_id(tenant_id: str, user_id: str, text: str) -> str:
     """Vector id of a memory added directly: the same text added twice is stored once."""
     return "m" + _digest(tenant_id, user_id, text)

@@ -41,6 +41,7 @@ def hits_out(hits: Sequence[Hit]) -> list[schemas.SearchHit]:
                 "session_id": hit.session_id,
                 "seq": hit.seq,
                 "created_at": ms_to_datetime(hit.created_at_ms),
+                "kind": hit.kind,
                 **_place(hit),
             }
             for hit in hits

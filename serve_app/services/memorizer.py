@@ -18,11 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 
 from serve_app.core import standing
 from serve_app.core.clock import iso_to_ms
-from serve_app.core.ids import turn_memory_id
+from serve_app.core.ids import summary_memory_id, turn_memory_id
 from serve_app.core.passages import passage_id, split_passages
+from serve_app.core.session_summaries import SUMMARY_KIND, block_of, block_start, summary_blocks
 from serve_app.encoding import EmbedMany
 from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
@@ -33,6 +35,7 @@ from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.facts import Fact
+from serve_app.stores.session_log import SessionMeta
 
 logger = logging.getLogger("ray.serve")
 MEMORIZED_ROLES = ("user", "assistant")
@@ -129,7 +132,43 @@ class SessionMemorizer:
             keep_rounds=self.settings.compaction_keep_rounds,
             force=force,
             on_conflict=on_conflict,
+            remember=partial(self._remember_summaries, tenant, session) if self.settings.memory_summary_block_turns else None,
         )
+
+    async def _remember_summaries(self, tenant: str, session: str, meta: SessionMeta, span: list[dict]) -> None:
+        """Write the summary memories of the turns a compaction is about to fold
+        (core/session_summaries.py); a block the span starts inside is rewritten with its earlier
+        turns, read from the log."""
+        if not span:
+            return
+        size = self.settings.memory_summary_block_turns
+        first = int(span[0]["seq"])
+        start = block_start(block_of(first, size), size)
+        earlier = await self.log.read(tenant, session, after=start - 1, limit=first - start) if first > start else []
+        blocks = summary_blocks([*earlier, *span], size)
+        if not blocks:
+            return
+        vectors = await self.embed([b.text for b in blocks], [False] * len(blocks))
+        rows = [
+            memory_row(
+                self.settings,
+                memory_id=summary_memory_id(tenant, meta.user_id, session, meta.created_at_ms, block.index),
+                tenant=tenant,
+                user=meta.user_id,
+                text=block.text,
+                created_at_ms=iso_to_ms(block.created_at),
+                vector=vector,
+                session=session,
+                role=SUMMARY_KIND,
+                kind=SUMMARY_KIND,
+            )
+            for block, vector in zip(blocks, vectors, strict=True)
+        ]
+        await save_memories(self.stores, rows)
+        presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
+        if presence is not Presence.HERE:
+            await self._erase(tenant, session, meta.user_id, presence, [row.id for row in rows])
+            raise SessionNotFound(session)
 
     async def memorize(self, tenant: str, session: str, on_conflict=lambda: None) -> MemorizeReport:
         """The embedding lane: bring `memorized_upto_seq` to the last seq; without an LLM, compact too.
