@@ -177,6 +177,9 @@ class SessionInfo(BaseModel):
     covers_upto_seq: int
     memorized_upto_seq: int
     extracted_upto_seq: int
+    remembered_upto_seq: int = Field(
+        0, description="The checkpointed turns the session's summary memories cover (follows covers_upto_seq)."
+    )
     summary_version: int
     summary_degraded: bool
     created_at: datetime

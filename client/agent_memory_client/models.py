@@ -58,6 +58,8 @@ class SessionInfo(_Model):
     covers_upto_seq: int
     memorized_upto_seq: int
     extracted_upto_seq: int
+    remembered_upto_seq: int = 0
+    """The checkpointed turns the session's summary memories cover."""
     summary_version: int
     summary_degraded: bool
     created_at: datetime

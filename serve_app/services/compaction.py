@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -12,7 +11,7 @@ from serve_app.core.compression import SummaryState, plan_compaction
 from serve_app.core.tokenizer import count_block, count_tokens
 from serve_app.errors import CompactionConflict, SessionNotFound
 from serve_app.services.summarizer import Summarizer, SummaryOutcome
-from serve_app.stores.session_log import SessionLog, SessionMeta
+from serve_app.stores.session_log import SessionLog
 
 logger = logging.getLogger("ray.serve")
 MAX_CAS_ATTEMPTS = 8
@@ -56,13 +55,8 @@ async def compact_session(
     keep_rounds: int,
     force: bool,
     on_conflict=lambda: None,
-    remember: Callable[[SessionMeta, list[dict]], Awaitable[None]] | None = None,
 ) -> CompactionOutcome:
     """Fold everything but the newest rounds into the summary; never deletes a message.
-
-    `remember` gets the turns about to be folded before the checkpoint is written, so what it keeps
-    of them (the session's summary memories) is never missing for turns a checkpoint covers: a
-    crash between the two leaves it written for turns a retry folds again.
 
     Appends that land meanwhile are untouched (the log only grows); a concurrent compaction makes
     our compare-and-set fail, and we re-plan from the checkpoint it wrote.
@@ -82,8 +76,6 @@ async def compact_session(
         span = [t for t in turns if t["seq"] <= target]
         previous = SummaryState.from_dict(meta.summary_state)
         made = await summarizer.summarize(previous, meta.summary, span, target)
-        if remember is not None:
-            await remember(meta, span)
         text = made.text
         version = await log.write_checkpoint(
             tenant,

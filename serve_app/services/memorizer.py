@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import partial
 
 from serve_app.core import standing
 from serve_app.core.clock import iso_to_ms
@@ -35,11 +34,11 @@ from serve_app.services.summarizer import Summarizer, chunk_span
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.facts import Fact
-from serve_app.stores.session_log import SessionMeta
 
 logger = logging.getLogger("ray.serve")
 MEMORIZED_ROLES = ("user", "assistant")
 EMBED_LEASE_MS = 30_000  # renewed per batch: one batch of turns embeds and stores well inside it
+SUMMARY_CHUNK_BLOCKS = 16  # summary blocks embedded and stored per step of a catch-up (within the lease)
 Renew = Callable[[], Awaitable[None]]
 
 
@@ -70,6 +69,8 @@ class MemorizeReport:
     embedded: int = 0
     compaction: CompactionOutcome | None = None
     facts_written: int = 0
+    summaries: int = 0
+    """Summary blocks written (core/session_summaries.py)."""
     extraction_rejects: int = 0
     extraction_failed: bool = False
     redone: Redo = Redo.NOT_NEEDED
@@ -132,43 +133,51 @@ class SessionMemorizer:
             keep_rounds=self.settings.compaction_keep_rounds,
             force=force,
             on_conflict=on_conflict,
-            remember=partial(self._remember_summaries, tenant, session) if self.settings.memory_summary_block_turns else None,
         )
 
-    async def _remember_summaries(self, tenant: str, session: str, meta: SessionMeta, span: list[dict]) -> None:
-        """Write the summary memories of the turns a compaction is about to fold
-        (core/session_summaries.py); a block the span starts inside is rewritten with its earlier
-        turns, read from the log."""
-        if not span:
-            return
+    async def _remember_summaries(self, tenant: str, session: str, renew: Renew) -> int:
+        """Bring the session's summary memories up to its checkpoint (core/session_summaries.py):
+        the blocks of the turns checkpointed since `remembered_upto_seq`, the block that cursor
+        stops inside written again whole, a chunk of blocks at a time, the cursor moved after each
+        chunk is stored. In the lanes, after the checkpoint: a compaction (the API's among them)
+        never waits for them, and a crash in between leaves the cursor behind for the next pass.
+        Returns the blocks written."""
         size = self.settings.memory_summary_block_turns
-        first = int(span[0]["seq"])
-        start = block_start(block_of(first, size), size)
-        earlier = await self.log.read(tenant, session, after=start - 1, limit=first - start) if first > start else []
-        blocks = summary_blocks([*earlier, *span], size)
-        if not blocks:
-            return
-        vectors = await self.embed([b.text for b in blocks], [False] * len(blocks))
-        rows = [
-            memory_row(
-                self.settings,
-                memory_id=summary_memory_id(tenant, meta.user_id, session, meta.created_at_ms, block.index),
-                tenant=tenant,
-                user=meta.user_id,
-                text=block.text,
-                created_at_ms=iso_to_ms(block.created_at),
-                vector=vector,
-                session=session,
-                role=SUMMARY_KIND,
-                kind=SUMMARY_KIND,
-            )
-            for block, vector in zip(blocks, vectors, strict=True)
-        ]
-        await save_memories(self.stores, rows)
-        presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
-        if presence is not Presence.HERE:
-            await self._erase(tenant, session, meta.user_id, presence, [row.id for row in rows])
-            raise SessionNotFound(session)
+        meta = await self.log.meta(tenant, session)
+        if not size or meta is None or meta.covers_upto_seq <= meta.remembered_upto_seq:
+            return 0
+        written = 0
+        done = meta.remembered_upto_seq
+        while done < meta.covers_upto_seq:
+            await renew()
+            start = block_start(block_of(done + 1, size), size)
+            upto = min(meta.covers_upto_seq, start - 1 + size * SUMMARY_CHUNK_BLOCKS)
+            blocks = summary_blocks(await self.log.read(tenant, session, after=start - 1, limit=upto - start + 1), size)
+            vectors = await self.embed([b.text for b in blocks], [False] * len(blocks)) if blocks else []
+            rows = [
+                memory_row(
+                    self.settings,
+                    memory_id=summary_memory_id(tenant, meta.user_id, session, meta.created_at_ms, block.index),
+                    tenant=tenant,
+                    user=meta.user_id,
+                    text=block.text,
+                    created_at_ms=iso_to_ms(block.created_at),
+                    vector=vector,
+                    session=session,
+                    role=SUMMARY_KIND,
+                    kind=SUMMARY_KIND,
+                )
+                for block, vector in zip(blocks, vectors, strict=True)
+            ]
+            await save_memories(self.stores, rows)
+            presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
+            if presence is not Presence.HERE:
+                await self._erase(tenant, session, meta.user_id, presence, [row.id for row in rows])
+                raise SessionNotFound(session)
+            await self.log.advance_cursor(tenant, session, upto, done=False, cursor="remembered_upto_seq")
+            written += len(rows)
+            done = upto
+        return written
 
     async def memorize(self, tenant: str, session: str, on_conflict=lambda: None) -> MemorizeReport:
         """The embedding lane: bring `memorized_upto_seq` to the last seq; without an LLM, compact too.
@@ -208,9 +217,11 @@ class SessionMemorizer:
                 if not self.extracts:
                     report.facts_written += await self._standing(tenant, session, meta.user_id, meta.created_at_ms, turns)
             done = len(turns) < batch
-            if done and not self.uses_llm:
+            if done:
                 try:
-                    report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+                    if not self.uses_llm:
+                        report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+                    report.summaries += await self._remember_summaries(tenant, session, renew)
                 except SessionNotFound:  # deleted meanwhile: the next pass finds nothing to do
                     report.cursor = -1
                     return report
@@ -249,6 +260,7 @@ class SessionMemorizer:
         try:
             await renew()
             report.compaction = await self.compact(tenant, session, force=False, on_conflict=on_conflict)
+            report.summaries += await self._remember_summaries(tenant, session, renew)
             await renew()
             report.redone = await redo_degraded(self.log, tenant, session, summarizer=self.summarizer)
         except SessionNotFound:

@@ -49,6 +49,7 @@ async def describe_session(deps: Dependencies, tenant: str, session_id: str) -> 
         covers_upto_seq=meta.covers_upto_seq,
         memorized_upto_seq=meta.memorized_upto_seq,
         extracted_upto_seq=meta.extracted_upto_seq,
+        remembered_upto_seq=meta.remembered_upto_seq,
         summary_version=meta.version,
         summary_degraded=meta.summary_degraded,
         created_at=ms_to_datetime(meta.created_at_ms),

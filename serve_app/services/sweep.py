@@ -205,6 +205,8 @@ class MemorizerSweep:
     async def compress(self, tenant: str, session: str) -> dict:
         """Compact now (the API's /compress), with the configured summarizer."""
         outcome = await self.logic.compact(tenant, session, force=True, on_conflict=self.observers.conflict)
+        if outcome.compacted:  # a pass of its own brings the summary memories up to the new checkpoint
+            self.schedule(tenant, session)
         self.observers.compacted(outcome)
         await self._count_llm_trouble(tenant, MemorizeReport(compaction=outcome))
         return outcome.public()

@@ -160,6 +160,13 @@ def test_a_backend_that_dies_is_started_again_and_keeps_its_data(running_up):
         assert new_pid != redis_pid
 
 
+def _wait_remembered(client: httpx.Client, session: str, upto: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.get(f"/v1/sessions/{session}").json()["remembered_upto_seq"] < upto:
+        assert time.monotonic() < deadline, "the summary memories did not catch up with the checkpoint"
+        time.sleep(0.2)
+
+
 def test_restart_on_same_data_dir_finds_everything(running_up):
     up = running_up
     base = f"http://127.0.0.1:{up.port}"
@@ -175,8 +182,10 @@ def test_restart_on_same_data_dir_finds_everything(running_up):
         compressed = client.post("/v1/sessions/persist/compress").json()
         assert compressed["compacted"]
         wait_memorized(client, "persist", 40)
+        _wait_remembered(client, "persist", compressed["covers_upto_seq"])
         memories_before = client.get("/v1/users/pat/memories", params={"limit": 1000}).json()
-        assert len(memories_before) == 41
+        blocks = -(-compressed["covers_upto_seq"] // 8)  # the summary memories of the checkpointed turns
+        assert len(memories_before) == 41 + blocks and sum(m["kind"] == "summary" for m in memories_before) == blocks
 
     up.stop()
     assert _leftovers(up.data_dir) == [], "SIGTERM must leave no process behind"

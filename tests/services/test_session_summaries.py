@@ -78,3 +78,21 @@ async def test_compacted_turns_are_remembered_in_blocks_recalled_for_the_whole_h
 
     await delete_session(deps, tenant, session)
     assert await _summaries(deps, tenant, user, session, created_ms) == []
+
+
+async def test_a_checkpoint_left_without_its_blocks_gets_them_on_the_next_pass(make_deps, caller):
+    """A crash between a checkpoint and its summary memories (or the API's compaction, which does not
+    wait for them) leaves the cursor behind; the next pass of the session writes them."""
+    deps = make_deps(compaction_trigger_tokens=64)
+    tenant, user, session = caller.tenant, new_id("user"), new_id("session")
+    memorizer = SessionMemorizer(deps.stores, deps.embed_documents, deps.settings)
+    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=_turns(1, 12)))
+    outcome = await memorizer.compact(tenant, session, force=True)
+    meta = await deps.stores.log.meta(tenant, session)
+    assert outcome.compacted and meta.covers_upto_seq == 8 and meta.remembered_upto_seq == 0
+    assert await _summaries(deps, tenant, user, session, meta.created_at_ms) == []
+
+    report = await memorizer.memorize(tenant, session)
+    assert report.summaries == 1 and (await deps.stores.log.meta(tenant, session)).remembered_upto_seq == 8
+    (block,) = await _summaries(deps, tenant, user, session, meta.created_at_ms)
+    assert block.text.startswith("Summary of turns 1-8 of a session:")

@@ -83,7 +83,7 @@ class Cursors(SessionLogConnection):
         leaves the embedding lane and, if `owes_llm`, joins the LLM lane (due now).
         Confirmed by replicas: a cursor moved back after a failover redoes extraction, which can
         assert again a fact a later turn superseded."""
-        if cursor not in ("memorized_upto_seq", "extracted_upto_seq"):
+        if cursor not in ("memorized_upto_seq", "extracted_upto_seq", "remembered_upto_seq"):
             raise ValueError(cursor)
         meta_key, log_key, _ = self._keys(tenant, session)
         member = self.pending_member(tenant, session)

@@ -82,6 +82,8 @@ class SessionMeta:
     summary_state: dict[str, Any] | None
     created_at_ms: int
     updated_at_ms: int
+    remembered_upto_seq: int = 0
+    """The checkpointed turns the session's summary memories cover (services/memorizer.py)."""
 
 
 class SessionTurns(SessionLogConnection):
@@ -140,6 +142,7 @@ class SessionTurns(SessionLogConnection):
             summary_state=json.loads(state) if state else None,
             created_at_ms=int(data.get("created_at", 0)),
             updated_at_ms=int(data.get("updated_at", 0)),
+            remembered_upto_seq=int(data.get("remembered_upto_seq", 0)),
         )
 
     async def read(self, tenant: str, session: str, after: int = 0, limit: int = -1) -> list[dict[str, Any]]:
