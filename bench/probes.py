@@ -28,6 +28,8 @@ def endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
         ("POST", f"/v1/users/{user}/memories", {"text": "injected"}),
         ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "top_k": 10}),
         ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "explain": True}),
+        ("GET", f"/v1/users/{user}/export", None),
+        ("POST", f"/v1/users/{user}/import", None),
         ("DELETE", f"/v1/users/{user}/facts/plan", None),
         ("DELETE", f"/v1/users/{user}/memories/m1", None),
         ("DELETE", f"/v1/sessions/{sid}", None),

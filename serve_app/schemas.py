@@ -425,9 +425,29 @@ class AuditEntry(BaseModel):
     via: Literal["api", "inspector", "mcp"] = Field(
         description="A key on an API call, the inspector's signed-in session, or an MCP tool call."
     )
-    action: Literal["delete_memory", "close_fact", "delete_session", "forget_user"]
+    action: Literal["delete_memory", "close_fact", "delete_session", "forget_user", "import_user"]
     target: dict[str, str]
     result: dict[str, int]
+
+
+class ImportReport(BaseModel):
+    """What an import wrote; nothing new when the archive was imported before."""
+
+    user_id: str
+    sessions: list[str] = Field(
+        default_factory=list,
+        description="The archive's sessions the user now holds; the memorizer makes their turns' memories, as for any "
+        "session (searchable within a sweep or two).",
+    )
+    renamed: dict[str, str] = Field(
+        default_factory=dict,
+        description="Sessions stored under another id, because another user of the tenant holds theirs: archive id -> id.",
+    )
+    messages_added: int = 0
+    memories_written: int = Field(
+        0, description="Memories written now (summary blocks, and memories whose log expired); the others follow from the log."
+    )
+    facts_added: int = Field(0, description="Rows of fact history added.")
 
 
 class AuditPage(BaseModel):

@@ -27,6 +27,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 RETRIED_STATUSES = frozenset({429, 503})
 RETRIED_ERRORS = (httpx.ConnectError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.RemoteProtocolError)
+ARCHIVE_MEDIA_TYPE = "application/x-ndjson"
 
 
 class MemoryAPIError(Exception):
@@ -78,11 +79,21 @@ class Call(Generic[T]):
     returns: Any
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+    content: bytes | None = None
+    """A body that is not JSON (a user archive), sent as `application/x-ndjson`."""
 
     def read(self, response: httpx.Response) -> T:
         if response.status_code >= 400:
             raise _error(response)
+        if self.returns is str:  # a user archive: JSON Lines, as they came
+            return response.text  # type: ignore[return-value]
         return TypeAdapter(self.returns).validate_python(response.json())
+
+    def request(self) -> dict[str, Any]:
+        """httpx's arguments for this call."""
+        if self.content is not None:
+            return {"content": self.content, "headers": {"Content-Type": ARCHIVE_MEDIA_TYPE}, "params": self.params or None}
+        return {"json": self.json, "params": self.params or None}
 
 
 def _body(model: BaseModel) -> dict[str, Any]:
@@ -231,6 +242,17 @@ class _Endpoints:
     def export_session(session_id: str) -> Call[m.SessionExport]:
         return Call("GET", f"/v1/sessions/{session_id}/export", m.SessionExport)
 
+    @staticmethod
+    def export_user(user_id: str, vectors: bool = True) -> Call[str]:
+        """The user's archive (JSON Lines): sessions, memories (with their vectors), facts with their history."""
+        return Call("GET", f"/v1/users/{user_id}/export", str, params={"vectors": vectors})
+
+    @staticmethod
+    def import_user(user_id: str, archive: str | bytes) -> Call[m.ImportReport]:
+        """Take an archive `export_user` gave into this user: idempotent, all checked before any write."""
+        content = archive.encode("utf-8") if isinstance(archive, str) else archive
+        return Call("POST", f"/v1/users/{user_id}/import", m.ImportReport, content=content)
+
 
 def _headers(api_key: str | None) -> dict[str, str]:
     key = api_key if api_key is not None else os.environ.get("MEMSERVE_API_KEY")
@@ -297,7 +319,7 @@ class MemoryClient(_Retrying):
     def send(self, call: Call[T]) -> T:
         for attempt in range(self.max_retries + 1):
             try:
-                response = self.http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = self.http.request(call.method, call.path, **call.request())
             except RETRIED_ERRORS:
                 if (wait := self.next_wait(attempt, None)) is None:
                     raise
@@ -347,6 +369,8 @@ class MemoryClient(_Retrying):
     audit = _sync(_Endpoints.audit)
     stats = _sync(_Endpoints.stats)
     export_session = _sync(_Endpoints.export_session)
+    export_user = _sync(_Endpoints.export_user)
+    import_user = _sync(_Endpoints.import_user)
 
 
 class AsyncMemoryClient(_Retrying):
@@ -368,7 +392,7 @@ class AsyncMemoryClient(_Retrying):
     async def send(self, call: Call[T]) -> T:
         for attempt in range(self.max_retries + 1):
             try:
-                response = await self.http.request(call.method, call.path, json=call.json, params=call.params or None)
+                response = await self.http.request(call.method, call.path, **call.request())
             except RETRIED_ERRORS:
                 if (wait := self.next_wait(attempt, None)) is None:
                     raise
@@ -410,3 +434,5 @@ class AsyncMemoryClient(_Retrying):
     audit = _async(_Endpoints.audit)
     stats = _async(_Endpoints.stats)
     export_session = _async(_Endpoints.export_session)
+    export_user = _async(_Endpoints.export_user)
+    import_user = _async(_Endpoints.import_user)

@@ -154,6 +154,17 @@ class SearchHit(_Model):
     """A passage of a long turn: how many passages the turn has."""
 
 
+class ImportReport(_Model):
+    user_id: str
+    sessions: list[str] = []
+    """The archive's sessions the user now holds; their turns' memories follow within a sweep or two."""
+    renamed: dict[str, str] = {}
+    """Sessions stored under another id (another user of the tenant holds theirs): archive id -> id."""
+    messages_added: int = 0
+    memories_written: int = 0
+    facts_added: int = 0
+
+
 class ContextResponse(_Model):
     messages: list[dict[str, Any]]
     usage: ContextUsage
@@ -319,6 +330,6 @@ API_MODELS: tuple[type[BaseModel], ...] = (
     ToolResultIn, BudgetShares, ContextRequestIn, SectionUsage, ContextUsage, FactOut, SearchHit, ContextResponse,
     CompressResponse, UserSessions, FactIn, FactWrite, MemoryIn, MemoryOut, SearchRequest, Deleted, Health,
     ExplainedHit, Floors, SearchExplained, UserSummary, UsersPage, AuditEntry, AuditPage, MemorizationStats, LLMStats,
-    RecallStats, Stats, SessionExport,
+    RecallStats, Stats, SessionExport, ImportReport,
 )  # fmt: skip
 """Every model that mirrors a schema of the service's OpenAPI document, by the same name."""

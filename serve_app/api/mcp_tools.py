@@ -24,7 +24,7 @@ from serve_app.core.auth import Caller
 from serve_app.core.hosts import HostPolicy
 from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.errors import ServiceError, Unauthorized
-from serve_app.services import memories, sessions, users
+from serve_app.services import memories, sessions, user_archive, users
 from serve_app.services.audit import audited
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
@@ -127,7 +127,21 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     async def set_fact(user_id: UserIdArg, key: KeyArg, fact: schemas.FactIn, ctx: Context) -> schemas.FactWrite:
         return await _call(users.put_fact(deps, who(ctx).tenant, user_id, key, fact))
 
+    @mcp.tool(description="A user's whole memory as a portable archive (JSON Lines): sessions, memories, facts with history.")
+    async def export_memory(user_id: UserIdArg, ctx: Context) -> str:
+        return await _call(_joined(user_archive.export_lines(deps, who(ctx).tenant, user_id)))
+
+    @mcp.tool(description="Import an archive export_memory gave into a user (idempotent; checked whole before any write).")
+    async def import_memory(
+        user_id: UserIdArg, archive: Annotated[str, Field(description="The archive's JSON Lines.")], ctx: Context
+    ) -> schemas.ImportReport:
+        return await _call(user_archive.import_lines(deps, who(ctx), user_id, archive.splitlines()))
+
     return mcp
+
+
+async def _joined(lines) -> str:
+    return "".join([line async for line in lines])
 
 
 def transport_security(deps: Dependencies) -> TransportSecuritySettings:

@@ -1,4 +1,4 @@
-"""Destructive calls leave an entry in the audit log: who (the key's digest prefix), through what
+"""Destructive calls, and imports, leave an entry in the audit log: who (the key's digest prefix), through what
 (API, inspector, MCP), what, when, and what it removed.
 
 Recorded once the action removed something: a call that failed or found nothing removed nothing.
@@ -27,9 +27,14 @@ async def audited(
     deps: Dependencies, who: Caller, action: Action, target: dict[str, str], deleting: Awaitable[schemas.Deleted]
 ) -> schemas.Deleted:
     done = await deleting
-    if not done.deleted:
-        return done
-    entry = {"actor": who.actor, "via": who.via, "action": action, "target": target, "result": done.details}
+    if done.deleted:
+        await record(deps, who, action, target, done.details)
+    return done
+
+
+async def record(deps: Dependencies, who: Caller, action: Action, target: dict[str, str], result: dict[str, int]) -> None:
+    """Write one entry, retried; an entry that cannot be written is logged whole at ERROR."""
+    entry = {"actor": who.actor, "via": who.via, "action": action, "target": target, "result": result}
     try:
         async for attempt in AsyncRetrying(stop=stop_after_attempt(ATTEMPTS), wait=wait_exponential(multiplier=0.1)):
             with attempt:
@@ -37,7 +42,6 @@ async def audited(
     except RetryError as exc:
         cause = exc.last_attempt.exception()
         logger.error("audit entry not written (%r): %s", cause, json.dumps({"tenant": who.tenant, **entry}))
-    return done
 
 
 async def audit_page(deps: Dependencies, tenant: str, *, before: int | None, limit: int) -> schemas.AuditPage:

@@ -125,6 +125,63 @@ class FactStore:
             )
             return Fact.from_row(new), True
 
+    async def every_row(self, tenant: str, user: str) -> list[Fact]:
+        """Every row of every fact of the user, closed ones included: by key, oldest first."""
+        rows = await self.pool.fetch(
+            f"SELECT {_COLUMNS} FROM facts WHERE tenant_id=$1 AND user_id=$2 ORDER BY key, valid_from, id",
+            tenant,
+            user,
+        )
+        return [Fact.from_row(r) for r in rows]
+
+    async def restore(self, tenant: str, user: str, rows: list[Fact]) -> int:
+        """Write rows of history as they were (an import): a row whose key and `valid_from` the user
+        holds already is skipped, so restoring twice adds nothing. An open row closes the user's
+        open row of its key that began before it; one that began after it closes the restored row.
+        One transaction: all of them or none. Returns the rows added."""
+        added = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            for fact in sorted(rows, key=lambda f: (f.key, f.valid_from)):
+                if fact.category not in FACT_CATEGORIES:
+                    raise InvalidRequest(f"fact {fact.key}: category must be one of {', '.join(FACT_CATEGORIES)}")
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant}\x1f{user}\x1f{fact.key}")
+                held = await conn.fetchval(
+                    "SELECT 1 FROM facts WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_from=$4",
+                    tenant,
+                    user,
+                    fact.key,
+                    fact.valid_from,
+                )
+                if held:
+                    continue
+                valid_to = fact.valid_to
+                if valid_to is None:
+                    open_row = await conn.fetchrow(
+                        "SELECT id, valid_from FROM facts WHERE tenant_id=$1 AND user_id=$2 AND key=$3 AND valid_to IS NULL",
+                        tenant,
+                        user,
+                        fact.key,
+                    )
+                    if open_row is not None and open_row["valid_from"] < fact.valid_from:
+                        await conn.execute("UPDATE facts SET valid_to = $2 WHERE id = $1", open_row["id"], fact.valid_from)
+                    elif open_row is not None:
+                        valid_to = open_row["valid_from"]
+                await conn.execute(
+                    "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs,"
+                    " valid_from, valid_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    tenant,
+                    user,
+                    fact.key,
+                    fact.value,
+                    fact.category,
+                    fact.source_session,
+                    fact.source_seqs,
+                    fact.valid_from,
+                    valid_to,
+                )
+                added += 1
+        return added
+
     async def delete(self, tenant: str, user: str, key: str) -> bool:
         """Close the current row; its history stays readable."""
         status = await self.pool.execute(

@@ -321,6 +321,18 @@ class KeywordIndex:
         )
         return [r["memory_id"] for r in rows]
 
+    async def page(self, tenant: str, user: str, *, after: str, limit: int) -> list[Hit]:
+        """The user's memories by id after `after` (score 0), every one of them: an export's pages."""
+        rows = await self.pool.fetch(
+            f"SELECT {_HIT_COLUMNS} FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND memory_id > $3"
+            " ORDER BY memory_id LIMIT $4",
+            tenant,
+            user,
+            after,
+            limit,
+        )
+        return [_hit(r) for r in rows]
+
     async def has_session(self, tenant: str, user: str, session: str) -> bool:
         """Whether the user has a memory of this session (its log may have expired since)."""
         return bool(

@@ -351,6 +351,23 @@ class VectorStore:
         )
         return self._hits([[{"distance": 0.0, "entity": r} for r in rows]])
 
+    async def vectors_of(self, tenant: str, user: str, ids: list[str]) -> dict[str, list[float]]:
+        """The stored vectors of these memories of the user, by memory id (an export's)."""
+        if not ids:
+            return {}
+        keys = [vector_key(tenant, user, memory_id) for memory_id in ids]
+        rows = await self._loaded(
+            lambda: self.client.query(
+                self.collection,
+                filter=milvus_filter(pk=keys),
+                output_fields=["id", "vector"],
+                partition_names=[self.partition(tenant, user)],
+                consistency_level=SESSION,
+                timeout=RPC_TIMEOUT_S,
+            )
+        )
+        return {str(r["id"]): [float(x) for x in r["vector"]] for r in rows}
+
     @staticmethod
     def _hits(result: Any) -> list[Hit]:
         hits = []

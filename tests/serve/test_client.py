@@ -4,12 +4,13 @@ models equal to the service's OpenAPI document, safe retries, errors as exceptio
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
 import httpx
 import pytest
-from agent_memory_client import AsyncMemoryClient, MemoryClient, NotFound, RateLimited, Unauthorized, models
+from agent_memory_client import AsyncMemoryClient, InvalidRequest, MemoryClient, NotFound, RateLimited, Unauthorized, models
 
 from .conftest import KEY_LOCAL, KEY_RETRY, KEY_TINY, wait_memorized
 
@@ -67,6 +68,30 @@ def test_a_conversation_through_the_sync_client(service_url):
             memory.delete_memory(user, added.id)
         assert missing.value.status_code == 404 and missing.value.detail == "memory not found"
         assert memory.delete_session(session).deleted
+
+
+def test_a_users_memory_moves_between_users_through_the_client(service_url):
+    """Export, import into another user (the session takes an id of its own), import again (nothing
+    new), and an archive cut off in transit is refused whole."""
+    user, session, target = _id("user"), _id("s"), _id("user")
+    with MemoryClient(service_url, api_key=KEY_LOCAL) as memory:
+        memory.append(session, user, [{"role": "user", "content": "My kayak is a green Prijon from 2011."}])
+        memory.set_fact(user, "boat", "green Prijon kayak", "fact")
+        archive = memory.export_user(user)
+        lines = archive.splitlines()
+        assert json.loads(lines[0])["type"] == "archive" and json.loads(lines[-1])["counts"]["messages"] == 1
+        report = memory.import_user(target, archive)
+        (stored,) = report.sessions
+        assert report.renamed == {session: stored} and report.messages_added == 1 and report.facts_added == 1
+        assert memory.import_user(target, archive).model_dump(exclude={"renamed", "sessions"}) == {
+            "user_id": target, "messages_added": 0, "memories_written": 0, "facts_added": 0}  # fmt: skip
+        wait_memorized(memory.http, stored, 1)
+        assert "Prijon" in memory.search(target, "what kayak do I have?", top_k=1)[0].text
+        assert [f.value for f in memory.facts(target)] == ["green Prijon kayak"]
+        imports = [e for e in memory.audit(limit=50).entries if e.action == "import_user" and e.target["user_id"] == target]
+        assert len(imports) == 2 and imports[-1].result == {"messages": 1, "memories": 0, "facts": 1}
+        with pytest.raises(InvalidRequest, match="without its 'end' line"):
+            memory.import_user(_id("user"), "\n".join(lines[:-1]))
 
 
 async def test_the_async_client_and_client_side_ids(service_url):

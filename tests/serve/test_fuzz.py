@@ -22,6 +22,8 @@ from schemathesis.config import HealthCheck
 from .conftest import KEY_FUZZ, wait_memorized
 
 AUTH = {"Authorization": f"Bearer {KEY_FUZZ}"}
+# A user archive (POST /v1/users/{uid}/import) is JSON Lines: sent as the text the fuzzer makes.
+schemathesis.serializer.alias("application/x-ndjson", "text/plain")
 MAX_EXAMPLES = 25  # per operation and run; coverage-phase boundary cases come on top
 
 

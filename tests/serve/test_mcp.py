@@ -14,7 +14,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from .conftest import KEY_B, KEY_LOCAL, wait_memorized
 
-TOOLS = {"search_memory", "add_memory", "delete_memory", "get_context", "append_messages", "list_facts", "set_fact"}
+TOOLS = {
+    "search_memory", "add_memory", "delete_memory", "get_context", "append_messages", "list_facts", "set_fact",
+    "export_memory", "import_memory",
+}  # fmt: skip
 
 
 def _id(prefix: str) -> str:
@@ -90,6 +93,25 @@ async def test_tools_are_listed_and_each_one_works(service_url):
               "'preference', 'fact', 'decision', 'task' or 'instruction'"]  # fmt: skip
     for text, limit in zip(refused[1:], limits, strict=True):
         assert limit in text, text
+
+
+async def test_a_users_memory_moves_through_the_archive_tools(service_url):
+    user, session, target = _id("user"), _id("s"), _id("user")
+    tools = Tools(service_url, KEY_LOCAL)
+    await tools.run(
+        [
+            ("append_messages", {"session_id": session, "user_id": user, "messages": [
+                {"role": "user", "content": "The shed key hangs behind the calendar."}]}),
+            ("set_fact", {"user_id": user, "key": "shed_key", "value": "behind the calendar", "category": "fact"}),
+        ]
+    )  # fmt: skip
+    _, (exported,) = await tools.run([("export_memory", {"user_id": user})])
+    archive = _data(exported)
+    imports = [("import_memory", {"user_id": target, "archive": text}) for text in (archive, archive[:-30])]
+    _, (imported, cut) = await tools.run(imports)
+    report = _data(imported)
+    assert report["messages_added"] == 1 and report["facts_added"] == 1 and list(report["renamed"]) == [session]
+    assert cut.is_error and "422: not an archive this service reads" in cut.content[0].text
 
 
 @pytest.mark.parametrize("key", [None, "wrong-key-0123456789"])

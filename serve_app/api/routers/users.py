@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 
 from serve_app import schemas
 from serve_app.api.params import FactKey, UserId
 from serve_app.api.state import Deps, Who
-from serve_app.services import inspection, sessions, users
+from serve_app.core.user_archive import MEDIA_TYPE
+from serve_app.services import inspection, sessions, user_archive, users
 from serve_app.services.audit import audited
 
 router = APIRouter(tags=["users and facts"])
@@ -64,3 +66,36 @@ async def delete_fact(deps: Deps, who: Who, user_id: str = UserId, key: str = Fa
 @router.get("/v1/users/{user_id}/facts/{key}/history", response_model=list[schemas.FactOut], summary="Every version")
 async def fact_history(deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> list[schemas.FactOut]:
     return await users.fact_history(deps, who.tenant, user_id, key)
+
+
+@router.get(
+    "/v1/users/{user_id}/export",
+    response_class=StreamingResponse,
+    summary="The user's memory as a portable archive",
+    responses={200: {"content": {MEDIA_TYPE: {}}, "description": "JSON Lines (docs/api/archive.md)."}},
+)
+async def export_user(
+    deps: Deps,
+    who: Who,
+    user_id: str = UserId,
+    vectors: bool = Query(True, description="Memory lines carry their vectors (an import under the same model takes them)."),
+) -> StreamingResponse:
+    """Sessions with their logs and checkpoints, memories with their dates and origin, facts with
+    their whole history, and the embedding model, as JSON Lines ending in an `end` line."""
+    return StreamingResponse(
+        user_archive.export_lines(deps, who.tenant, user_id, vectors=vectors),
+        media_type=MEDIA_TYPE,
+        headers={"Content-Disposition": f'attachment; filename="{user_id}.memserve.jsonl"'},
+    )
+
+
+@router.post(
+    "/v1/users/{user_id}/import",
+    response_model=schemas.ImportReport,
+    summary="Take an archive into this user",
+    openapi_extra={"requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": {"type": "string"}}}}},
+)
+async def import_user(request: Request, deps: Deps, who: Who, user_id: str = UserId) -> schemas.ImportReport:
+    """Idempotent: importing twice changes nothing, and an import a failure cut short is finished by
+    importing again. The archive is checked whole first: a bad one writes nothing."""
+    return await user_archive.import_lines(deps, who, user_id, (await request.body()).splitlines())
