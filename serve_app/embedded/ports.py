@@ -15,11 +15,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def free_listen_port(host: str = "0.0.0.0") -> int:
+def free_listen_port(host: str = "0.0.0.0", below: int | None = None) -> int:
     """A port free now and outside the kernel's ephemeral range, for a server that binds it later:
     a port from the ephemeral range (what binding port 0 gives) can be taken meanwhile by any
-    outgoing connection of this machine, and the server then fails with "address already in use"."""
-    low = _ephemeral_low()
+    outgoing connection of this machine, and the server then fails with "address already in use".
+    `below`: a lower bound still (a Redis Cluster node's bus port must stay out of that range too)."""
+    low = ephemeral_low() if below is None else min(below, ephemeral_low())
     for _ in range(200):
         port = random.randint(max(1024, low // 2), low - 1)
         with socket.socket() as s:
@@ -31,7 +32,7 @@ def free_listen_port(host: str = "0.0.0.0") -> int:
     return free_port()
 
 
-def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
     try:
         return int(Path(path).read_text().split()[0])
     except (OSError, ValueError, IndexError):

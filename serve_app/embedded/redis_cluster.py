@@ -13,17 +13,18 @@ from pathlib import Path
 
 from serve_app.embedded.backend import Backend, LaunchError, wait_until_up
 from serve_app.embedded.launchers import start_redis
-from serve_app.embedded.ports import LOOPBACK, free_listen_port, port_open
+from serve_app.embedded.ports import LOOPBACK, ephemeral_low, free_listen_port, port_open
 
 SLOTS = 16384
 BUS_OFFSET = 10000  # a node's cluster bus listens on its port + 10000, so the port must be <= 55535
 
 
 def cluster_node_port(taken: set[int]) -> int:
-    """A port free now whose bus port is free too, both outside the ephemeral range."""
+    """A port free now whose bus port is free too, both below the ephemeral range (an outgoing
+    connection can take a port inside it before the node binds it)."""
     for _ in range(200):
-        port = free_listen_port(LOOPBACK)
-        if port not in taken and port + BUS_OFFSET <= 65535 and not port_open(port + BUS_OFFSET):
+        port = free_listen_port(LOOPBACK, below=ephemeral_low() - BUS_OFFSET)
+        if port not in taken and not port_open(port + BUS_OFFSET):
             return port
     raise LaunchError("no free port pair for a Redis Cluster node")
 

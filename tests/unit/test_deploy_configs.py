@@ -173,11 +173,11 @@ def test_the_private_serve_calls_that_deploy_a_config_are_where_this_ray_has_the
 def test_side_ports_of_a_local_ray_stay_out_of_the_ephemeral_range():
     """HAProxy binds them after Ray starts: an outgoing connection must not have taken one meanwhile."""
     from serve_app.deploy.local_ray import SIDE_PORT_VARS, throughput_env
-    from serve_app.embedded.ports import _ephemeral_low
+    from serve_app.embedded.ports import ephemeral_low
 
     env = throughput_env()
     ports = [int(env[var]) for var in SIDE_PORT_VARS if var in env]
-    assert ports and all(1024 <= port < _ephemeral_low() for port in ports)
+    assert ports and all(1024 <= port < ephemeral_low() for port in ports)
 
 
 def test_only_a_taken_side_port_is_a_reason_to_start_again():
