@@ -59,6 +59,19 @@ def direct_memory_id(tenant_id: str, user_id: str, text: str) -> str:
     return "m" + _digest(tenant_id, user_id, text)
 
 
+def imported_memory_id(tenant_id: str, user_id: str, prefix: str, old_id: str) -> str:
+    """Memory id, under its new owner, of a memory an import copies whose id cannot be made again
+    from what the archive holds (a passage of a turn whose log expired, a summary block): its old
+    id's digest with the owner's, the same on every import."""
+    return prefix + _digest(tenant_id, user_id, "imported", old_id)
+
+
+def renamed_session_id(session_id: str, user_id: str) -> str:
+    """The id an imported session takes in a tenant where another user holds its own: the same on
+    every import of it into this user, so a second import finds the first one's."""
+    return f"{session_id[: MAX_ID_LENGTH - 9]}.{_digest(user_id, session_id)[:8]}"
+
+
 def vector_key(tenant_id: str, owner: str, memory_id: str) -> str:
     """The Milvus primary key of a memory: memory ids are unique per owner only, and Milvus has one
     key space per collection. Fixed length, whatever the ids' lengths. The owner is a user id today;

@@ -8,12 +8,13 @@ target lacks, each step idempotent: a session's log gets the messages after thos
 facts by (key, valid_from), memories under ids derived from their new owner. So importing twice
 changes nothing, and an import cut short by a failure is finished by running it again.
 
-Memories made from a session the archive carries are not copied but made again from its log, as the
-service makes them: the memorizer (the import hands it the session) embeds its turns and writes the
-summary blocks of its checkpointed turns. Their ids then follow from the new owner as any memory's
-do, and its later passes find them in place. A memory whose session log has expired is
-copied: a whole turn or a direct memory under the id the service would give it, a passage or a
-summary block under a digest of its new owner and its old id.
+Memories made from a log the archive carries are not copied but made again from it, as the service
+makes them: the memorizer (the import hands it the session) embeds its turns and writes the summary
+blocks of its checkpointed turns. Their ids then follow from the new owner as any memory's do, and
+its later passes find them in place. Any other memory (its log expired, or it is of an earlier
+conversation under a session id used again, or it was added directly) is copied, with its vector
+when the archive was made under this service's embedding: a whole turn or a direct memory under the
+id the service would give it, a passage or a summary block under `imported_memory_id`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from serve_app import schemas
 from serve_app.core.auth import Caller
 from serve_app.core.chat_history import fingerprint
 from serve_app.core.clock import datetime_to_ms, ms_to_datetime
-from serve_app.core.ids import MAX_ID_LENGTH, direct_memory_id, turn_memory_id
+from serve_app.core.ids import direct_memory_id, imported_memory_id, renamed_session_id, turn_memory_id
 from serve_app.core.passages import passage_id, passage_place
 from serve_app.core.records import FACT_CATEGORIES, MemoryRow
-from serve_app.core.session_summaries import SUMMARY_KIND
+from serve_app.core.session_summaries import SUMMARY_KIND, summary_blocks
 from serve_app.core.user_archive import (
     Archive,
     ArchiveError,
@@ -188,8 +189,8 @@ async def import_archive(deps: Dependencies, tenant: str, user: str, archive: Ar
     does not validate, and nothing new when it was imported before."""
     _check(archive)
     messages = _messages_in(archive)
-    logged = {s.session_id for s in archive.sessions}
-    copied = [m for m in archive.memories if not (m.session_id in logged and m.kind in ("turn", SUMMARY_KIND))]
+    remade = _remade(archive, deps.settings.memory_summary_block_turns)
+    copied = [m for m in archive.memories if not remade(m)]
     await check_memory_quota(deps, tenant, len(copied) + sum(len(m) for m in messages.values()))
     now = datetime.now(UTC)
     stored = {name: [m.stored(now) for m in taken] for name, taken in messages.items()}
@@ -207,18 +208,34 @@ async def import_archive(deps: Dependencies, tenant: str, user: str, archive: Ar
     return report
 
 
-def renamed_session(session: str, user: str) -> str:
-    """The id a session takes in a tenant where another user holds its own: the same on every import
-    of it into this user, so a second import finds the first one's."""
-    digest = direct_memory_id("", user, session)[1:9]
-    return f"{session[: MAX_ID_LENGTH - 9]}.{digest}"
+def _remade(archive: Archive, block_turns: int):
+    """Whether the memorizer makes this memory again from a log the archive carries: a turn (or a
+    passage of one) said at its seq in that log, or a summary block of that log's checkpointed turns.
+    A memory of an earlier conversation under the same session id (its log expired, the id used
+    again) is not, and is copied."""
+    said = {(s, line.seq): line.message for s, lines in archive.messages.items() for line in lines}
+    blocks: set[tuple[str, str]] = set()
+    for session in archive.sessions if block_turns else ():
+        covered = [line.message | {"seq": line.seq} for line in archive.messages[session.session_id][: session.covers_upto_seq]]
+        blocks |= {(session.session_id, block.text) for block in summary_blocks(covered, block_turns)}
+
+    def remade(memory: MemoryLine) -> bool:
+        if memory.kind == SUMMARY_KIND:
+            return (memory.session_id, memory.text) in blocks
+        message = said.get((memory.session_id, memory.seq)) if memory.kind == "turn" else None
+        if message is None or message.get("role") != memory.role:
+            return False
+        content = str(message.get("content") or "")
+        return memory.text in content if passage_place(memory.id) is not None else memory.text == content
+
+    return remade
 
 
 async def _place(deps: Dependencies, tenant: str, user: str, session: str, stored: list[dict]) -> tuple[str, int]:
-    """Where the session goes (its id, or `renamed_session` where another user of the tenant holds
+    """Where the session goes (its id, or `renamed_session_id` where another user of the tenant holds
     that id) and how many of its messages the target holds there already: the archive's first ones,
     or the import is refused before anything is written."""
-    for name in (session, renamed_session(session, user)):
+    for name in (session, renamed_session_id(session, user)):
         meta = await deps.stores.log.meta(tenant, name)
         if meta is None:
             return name, 0
@@ -277,10 +294,8 @@ def _copied_id(tenant: str, user: str, memory: MemoryLine) -> str:
         return turn_memory_id(tenant, user, memory.session_id, memory.role, memory.text)
     # A passage's or a block's id derives from what the archive no longer holds (the whole turn, the
     # session's first creation): a digest of the new owner and the old id, the same on every import.
-    base = memory.id.split(".p", 1)[0]
-    digest = direct_memory_id(tenant, user, f"imported\x1f{base}")[1:]
-    prefix = "t" if memory.kind == "turn" else "s"
-    return passage_id(prefix + digest, *place) if place is not None else prefix + digest
+    copied = imported_memory_id(tenant, user, "t" if memory.kind == "turn" else "s", memory.id.split(".p", 1)[0])
+    return passage_id(copied, *place) if place is not None else copied
 
 
 async def _copy_memories(deps: Dependencies, tenant: str, user: str, memories: list[MemoryLine], same: bool) -> int:

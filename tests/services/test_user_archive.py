@@ -10,13 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from serve_app.core.auth import Caller, hash_key
+from serve_app.core.ids import renamed_session_id
 from serve_app.core.user_archive import read_archive
 from serve_app.errors import Conflict, InvalidRequest
 from serve_app.schemas import AppendRequest, FactIn, MemoryIn, MessageIn, SearchRequest
 from serve_app.services.memories import add_memory, search_memories
 from serve_app.services.memorizer import SessionMemorizer
 from serve_app.services.sessions import append_messages
-from serve_app.services.user_archive import export_lines, import_archive, renamed_session
+from serve_app.services.user_archive import export_lines, import_archive
 from serve_app.services.users import close_fact, put_fact
 from tests.services.seed import new_id
 
@@ -111,7 +112,7 @@ async def test_into_another_user_of_the_tenant_a_session_takes_an_id_of_its_own(
 
     target = new_id("user")
     report = await import_archive(deps, caller.tenant, target, archive)
-    renamed = renamed_session(session, target)
+    renamed = renamed_session_id(session, target)
     assert report.renamed == {session: renamed} and report.sessions == [renamed] and report.messages_added == 1
     assert (await deps.stores.log.meta(caller.tenant, renamed)).user_id == target
     assert (await import_archive(deps, caller.tenant, target, archive)).messages_added == 0  # found again, not made twice
@@ -128,7 +129,7 @@ async def test_an_archive_that_does_not_fit_writes_nothing(make_deps, caller):
     # The target holds that session with other messages: refused before anything is written.
     target = new_id("user")
     other = [MessageIn(role="user", content="Something else entirely.", created_at=START)]
-    await append_messages(deps, caller, renamed_session(session, target), AppendRequest(user_id=target, messages=other))
+    await append_messages(deps, caller, renamed_session_id(session, target), AppendRequest(user_id=target, messages=other))
     with pytest.raises(Conflict, match="holds other messages"):
         await import_archive(deps, caller.tenant, target, archive)
     assert await deps.stores.facts.every_row(caller.tenant, target) == []
@@ -139,3 +140,27 @@ async def test_an_archive_that_does_not_fit_writes_nothing(make_deps, caller):
     with pytest.raises(InvalidRequest, match=f"session {session}, seq 1: role"):
         await import_archive(deps, "tenant-fresh", fresh, archive)
     assert await deps.stores.facts.every_row("tenant-fresh", fresh) == []
+
+
+async def test_memories_of_an_earlier_conversation_under_a_reused_session_id_travel_too(make_deps, caller):
+    """The log an archive carries is the newest conversation under its id; memories of an older one
+    (its log expired, the id used again) are not made again from that log, so they are copied."""
+    deps = make_deps()
+    user, session = new_id("user"), new_id("session")
+    memorizer = SessionMemorizer(deps.stores, deps.embed_documents, deps.settings)
+    old = [MessageIn(role="user", content="The old boiler was serviced in March.", created_at=START)]
+    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=old))
+    await memorizer.memorize(caller.tenant, session)
+    await deps.stores.log.delete(caller.tenant, session)  # as if it expired
+    new = [MessageIn(role="user", content="The new heat pump arrives in June.", created_at=START + timedelta(days=90))]
+    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=new))
+    await memorizer.memorize(caller.tenant, session)
+    original = await _export(deps, caller.tenant, user)
+    texts = sorted(m.text for m in original.memories)
+    assert texts == ["The new heat pump arrives in June.", "The old boiler was serviced in March."]
+
+    other, target = new_id("tenant"), new_id("user")
+    report = await import_archive(deps, other, target, original)
+    assert report.memories_written == 1  # the old conversation's turn; the new one's is the memorizer's
+    await memorizer.memorize(other, session)
+    assert _comparable(await _export(deps, other, target)) == _comparable(original)
