@@ -142,7 +142,12 @@ class Settings(BaseSettings):
         description="The most memories a context takes (a request's top_k overrides): below it the floors and the room "
         "decide how many.",
     )
-    recall_min_score: float = Field(0.25, ge=-1, le=1, description="Dense floor: cosine a memory needs on meaning alone.")
+    recall_min_score: float = Field(
+        0.3,
+        ge=-1,
+        le=1,
+        description="Dense floor: cosine a memory needs on meaning alone (docs/benchmarks/beam.md says why 0.3).",
+    )
     context_min_probability: float = Field(
         0.001,
         ge=0,

@@ -21,7 +21,7 @@ class FusionParams:
     keyword_weight: float = 1.0
     time_weight: float = 0.5
     rrf_k: float = 20.0
-    min_similarity: float = 0.25
+    min_similarity: float = 0.3
     """Dense floor: cosine similarity a memory needs to be recalled on meaning alone."""
     min_keyword_share: float = 0.3
     """Keyword floor: share of the best BM25 score of the query a memory needs to be recalled on words alone."""
