@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from serve_app.core.inspector_auth import COOKIE, CSRF_HEADER
+from serve_app.settings import Settings
 
 from .conftest import KEY_B, KEY_INSPECT, wait_memorized
 
@@ -76,7 +77,9 @@ def test_search_explain_gives_every_candidates_scores_and_the_floor_that_dropped
     assert lisbon["kept"] and lisbon["dense_similarity"] > 0.25 and lisbon["keyword_score"] > 0 and lisbon["dense_rank"] == 0
     cat = next(c for c in explained["candidates"] if "Miso" in c["text"])  # among the dense candidates, below the floor
     assert not cat["kept"] and cat["reason"] == "similarity_floor" and cat["keyword_score"] is None
-    assert explained["floors"] == {"min_similarity": 0.25, "min_keyword_share": 0.3, "min_keyword_coverage": 0.3}
+    shipped = Settings()
+    floors = {"min_similarity": shipped.recall_min_score, "min_keyword_share": 0.3, "min_keyword_coverage": 0.3}
+    assert explained["floors"] == floors
     # No candidate passes on meaning at a floor of 0.99: what is kept is kept on words, the one
     # that matches no word is stopped by the similarity floor, and top_k 1 leaves the rest beyond it.
     strict = inspector.post(
