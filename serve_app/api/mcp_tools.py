@@ -128,8 +128,12 @@ def build_mcp(deps: Dependencies) -> MCPServer:
         return await _call(users.put_fact(deps, who(ctx).tenant, user_id, key, fact))
 
     @mcp.tool(description="A user's whole memory as a portable archive (JSON Lines): sessions, memories, facts with history.")
-    async def export_memory(user_id: UserIdArg, ctx: Context) -> str:
-        return await _call(_joined(user_archive.export_lines(deps, who(ctx).tenant, user_id)))
+    async def export_memory(
+        user_id: UserIdArg,
+        ctx: Context,
+        vectors: Annotated[bool, Field(description="Memory lines carry their vectors (about 4.6 KB each).")] = True,
+    ) -> str:
+        return await _call(_joined(user_archive.export_lines(deps, who(ctx).tenant, user_id, vectors=vectors)))
 
     @mcp.tool(description="Import an archive export_memory gave into a user (idempotent; checked whole before any write).")
     async def import_memory(

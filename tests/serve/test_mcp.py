@@ -105,8 +105,11 @@ async def test_a_users_memory_moves_through_the_archive_tools(service_url):
             ("set_fact", {"user_id": user, "key": "shed_key", "value": "behind the calendar", "category": "fact"}),
         ]
     )  # fmt: skip
-    _, (exported,) = await tools.run([("export_memory", {"user_id": user})])
+    exports = [("export_memory", {"user_id": user}), ("export_memory", {"user_id": user, "vectors": False})]
+    _, (exported, light) = await tools.run(exports)
     archive = _data(exported)
+    headers = [json.loads(text.splitlines()[0]) for text in (archive, _data(light))]
+    assert [h["vectors"] for h in headers] == [True, False]
     imports = [("import_memory", {"user_id": target, "archive": text}) for text in (archive, archive[:-30])]
     _, (imported, cut) = await tools.run(imports)
     report = _data(imported)
