@@ -56,6 +56,11 @@ def passage_id(turn_id: str, part: int, parts: int) -> str:
     return f"{turn_id}.p{part}-{parts}"
 
 
+def turn_of(memory_id: str) -> str:
+    """The turn's memory id of a passage's id; any other id as it is."""
+    return _PLACE.sub("", memory_id)
+
+
 def passage_place(memory_id: str) -> tuple[int, int] | None:
     """(part, parts) of a passage's memory id; None for a memory that is not a passage."""
     found = _PLACE.search(memory_id)

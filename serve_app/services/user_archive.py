@@ -32,7 +32,7 @@ from serve_app.core.auth import Caller
 from serve_app.core.chat_history import fingerprint
 from serve_app.core.clock import datetime_to_ms, ms_to_datetime
 from serve_app.core.ids import direct_memory_id, imported_memory_id, renamed_session_id, turn_memory_id
-from serve_app.core.passages import passage_id, passage_place
+from serve_app.core.passages import passage_id, passage_place, turn_of
 from serve_app.core.records import FACT_CATEGORIES, MemoryRow
 from serve_app.core.session_summaries import SUMMARY_KIND, summary_blocks
 from serve_app.core.user_archive import (
@@ -294,18 +294,18 @@ def _copied_id(tenant: str, user: str, memory: MemoryLine) -> str:
         return turn_memory_id(tenant, user, memory.session_id, memory.role, memory.text)
     # A passage's or a block's id derives from what the archive no longer holds (the whole turn, the
     # session's first creation): a digest of the new owner and the old id, the same on every import.
-    copied = imported_memory_id(tenant, user, "t" if memory.kind == "turn" else "s", memory.id.split(".p", 1)[0])
+    copied = imported_memory_id(tenant, user, "t" if memory.kind == "turn" else "s", turn_of(memory.id))
     return passage_id(copied, *place) if place is not None else copied
 
 
 async def _copy_memories(deps: Dependencies, tenant: str, user: str, memories: list[MemoryLine], same: bool) -> int:
     passages = {
-        (m.id.split(".p", 1)[0], place[0]): m.text for m in memories if m.kind == "turn" and (place := passage_place(m.id))
+        (turn_of(m.id), place[0]): m.text for m in memories if m.kind == "turn" and (place := passage_place(m.id))
     }
 
     def before(memory: MemoryLine) -> tuple[str, ...]:
         place = passage_place(memory.id) if memory.kind == "turn" else None
-        earlier = passages.get((memory.id.split(".p", 1)[0], place[0] - 1)) if place else None
+        earlier = passages.get((turn_of(memory.id), place[0] - 1)) if place else None
         return (earlier,) if earlier is not None else ()
 
     rows = [

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.core.memory_lines import MemoryItem, passage_item, render
-from serve_app.core.passages import passage_id, passage_place, split_passages
+from serve_app.core.passages import passage_id, passage_place, split_passages, turn_of
 from serve_app.llm.prompts import clip_middle
 
 TARGET, WHOLE = 600, 1000
@@ -67,6 +67,7 @@ def test_a_passage_id_carries_its_place_and_other_ids_none():
     assert passage_place("t0123abcd") is None
     assert passage_place("note.p9-2") is None  # no place past the end
     assert passage_place("m-notes.v2") is None
+    assert turn_of(passage_id("t0123abcd", 3, 7)) == "t0123abcd" and turn_of("my.plan.p") == "my.plan.p"
 
 
 def _passage(part: int, body: str, parts: int = 5, seq: int = 4) -> MemoryItem:
