@@ -83,6 +83,11 @@ def enabled() -> bool:
     return _state.tracer is not None
 
 
+def provider() -> Any:
+    """This process's tracer provider (None when off), for libraries that make spans of their own."""
+    return _state.provider
+
+
 def _kind(kind: Kind):
     from opentelemetry.trace import SpanKind
 

@@ -22,6 +22,7 @@ from serve_app.core.rerank import reordered, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
 from serve_app.errors import RecallUnavailable
+from serve_app.runtime import tracing
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
@@ -66,13 +67,35 @@ async def recall(
     `explained` also judges every candidate (`Recall.verdicts`): the same floors, the same order."""
     if top_k <= 0 or not query.strip():
         return Recall([])
+    attributes = {"memory.operation": "recall", "memory.tenant": tenant, "memory.user": user, "memory.top_k": top_k}
+    with tracing.span("memory.recall", attributes=attributes) as span:
+        found = await _recall(stores, embed_one, tenant, user, query, top_k, settings, min_score, observe_ms, explained)
+        span.set_attribute("memory.recalled", len(found.hits))
+        span.set_attribute("memory.degraded", found.degraded)
+        return found
+
+
+async def _recall(
+    stores: Stores,
+    embed_one: EmbedOne,
+    tenant: str,
+    user: str,
+    query: str,
+    top_k: int,
+    settings: Settings,
+    min_score: float | None,
+    observe_ms: Callable[[float], None] | None,
+    explained: bool,
+) -> Recall:
     started = time.perf_counter()
     candidates = max(settings.recall_candidates, top_k)
     terms = normalize(query) if settings.recall_hybrid else ""
     keyword_task = asyncio.create_task(stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
 
     async def dense_side() -> list[tuple[str, float, int]]:
-        return await stores.vectors.search_dense_ids(tenant, user, await embed_one(query), limit=candidates)
+        with tracing.span("memory.embed_query"):
+            vector = await embed_one(query)
+        return await stores.vectors.search_dense_ids(tenant, user, vector, limit=candidates)
 
     degraded: list[str] = []
     dense: list[tuple[str, float, int]] = []
