@@ -126,6 +126,30 @@ def test_logs_carry_the_ids_of_the_current_span(spans):
     assert not hasattr(outside, "trace_id")
 
 
+def test_serves_json_log_lines_carry_the_ids(spans):
+    """The formatter Serve writes replica logs with (`logging_config.encoding: JSON`)."""
+    from ray._common.formatters import JSONFormatter
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    logger = logging.getLogger(tracing.LOGGER_NAME)
+    handler = Keep()
+    handler.setFormatter(JSONFormatter())
+    logger.addHandler(handler)
+    try:
+        with tracing.span("memory.context") as span:
+            logger.warning("recall unavailable")
+    finally:
+        logger.removeHandler(handler)
+    line = json.loads(lines[0])
+    assert line["message"] == "recall unavailable"
+    assert line["trace_id"] == format(span.get_span_context().trace_id, "032x")
+
+
 async def test_the_llm_call_has_genai_attributes_and_sends_traceparent(spans):
     seen: list[httpx.Request] = []
 
@@ -157,6 +181,33 @@ async def test_the_llm_call_has_genai_attributes_and_sends_traceparent(spans):
     assert attributes["gen_ai.response.finish_reasons"] == ("stop",) and attributes["server.address"] == "llm.test"
     assert call.kind.name == "CLIENT"
     assert "traceparent" not in json.loads(seen[0].content)  # a header, not a field of the request body
+
+
+async def test_a_streamed_llm_call_is_one_span_over_the_stream(spans):
+    seen: list[httpx.Request] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        chunk = {"id": "cmpl-2", "object": "chat.completion.chunk", "created": 0, "model": "tiny-qwen"}
+        events = [
+            chunk | {"choices": [{"index": 0, "delta": {"content": "o"}, "finish_reason": None}]},
+            chunk | {"choices": [{"index": 0, "delta": {"content": "k"}, "finish_reason": "stop"}]},
+            chunk | {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}},
+        ]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    llm = OpenAIChatClient("http://llm.test:8001/v1", "tiny-qwen")
+    transport = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    llm.client = AsyncOpenAI(base_url="http://llm.test:8001/v1", api_key="none", max_retries=0, http_client=transport)
+    with tracing.span("POST /v1/chat/completions") as outer:
+        chunks = [c async for c in llm.stream({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})]
+    assert len(chunks) == 3
+    (call,) = [s for s in spans.get_finished_spans() if s.name == "chat tiny-qwen"]
+    assert call.parent.span_id == outer.get_span_context().span_id
+    assert seen[0].headers["traceparent"].split("-")[2] == _hex(call.context.span_id)
+    assert call.attributes["gen_ai.usage.output_tokens"] == 2 and call.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert [event.name for event in call.events] == ["gen_ai.first_chunk"]
 
 
 def tracing_call():
