@@ -14,8 +14,10 @@ import logging
 from fastapi import FastAPI
 from ray import serve
 from ray.exceptions import RayTaskError
+from ray.serve.context import _get_serve_request_context
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.api.http import create_http_app
 from serve_app.deployments.redis_metrics import RedisConfirmMetrics
@@ -88,6 +90,21 @@ class IngressMetrics:
             self.section_tokens.observe(tokens, tags={"section": section})
 
 
+class ServeRequestIds:
+    """Serve's request id on the request's span (`ray.serve.request_id`): Serve writes its access log
+    line after the span ended, with that id and no trace id, so the id leads from the line to the trace."""
+
+    def __init__(self, inner: ASGIApp):
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            from opentelemetry import trace
+
+            trace.get_current_span().set_attribute("ray.serve.request_id", _get_serve_request_context().request_id)
+        await self.inner(scope, receive, send)
+
+
 @serve.deployment(name="Ingress", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress()
 class Ingress:
@@ -120,7 +137,10 @@ class Ingress:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """Serve calls this once the constructor ran: the app is this replica's, with its state."""
-        return create_http_app(self.deps)
+        app = create_http_app(self.deps)
+        if tracing.enabled():
+            app.add_middleware(ServeRequestIds)
+        return app
 
     async def _embed_one(self, text: str) -> list[float]:
         return await self.embedder.embed_one.remote(text, tracing.carrier())

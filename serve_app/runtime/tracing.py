@@ -73,6 +73,9 @@ class _State:
     tracer: Tracer | None = None
     provider: Any = None
     log_filter: logging.Filter | None = None
+    # OpenTelemetry's, looked up once at configure: they are on every traced call's path.
+    kinds: dict[str, Any] = {}
+    current_span: Callable[[], Any] = staticmethod(lambda: NO_SPAN)
 
 
 _state = _State()
@@ -88,12 +91,10 @@ def provider() -> Any:
     return _state.provider
 
 
-def _kind(kind: Kind):
+def _kinds() -> dict[str, Any]:
     from opentelemetry.trace import SpanKind
 
-    return {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "client": SpanKind.CLIENT, "consumer": SpanKind.CONSUMER}[
-        kind
-    ]
+    return {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "client": SpanKind.CLIENT, "consumer": SpanKind.CONSUMER}
 
 
 def span(
@@ -120,7 +121,7 @@ def span(
         from opentelemetry import propagate
 
         context = propagate.extract(parent)
-    return tracer.start_as_current_span(name, context=context, kind=_kind(kind), attributes=attributes, links=links)
+    return tracer.start_as_current_span(name, context=context, kind=_state.kinds[kind], attributes=attributes, links=links)
 
 
 def carrier() -> Carrier | None:
@@ -159,7 +160,7 @@ def start_span(name: str, *, kind: Kind = "internal", attributes: Mapping[str, A
     tracer = _state.tracer
     if tracer is None:
         return NO_SPAN
-    return tracer.start_span(name, kind=_kind(kind), attributes=attributes)
+    return tracer.start_span(name, kind=_state.kinds[kind], attributes=attributes)
 
 
 def end_span(span: Any, error: BaseException | None = None) -> None:
@@ -192,21 +193,16 @@ def traced_store(system: str) -> Callable[[type], type]:
 
 def _store_call(fn: Callable[..., Any], system: str, owner: str) -> Callable[..., Any]:
     name = f"{owner}.{fn.__name__}"
-    attributes = {"db.system": system, "db.system.name": system, "db.operation.name": fn.__name__}
+    attributes = {"db.system": system, "db.operation.name": fn.__name__}
 
     @functools.wraps(fn)
     async def call(*args: Any, **kwargs: Any) -> Any:
         tracer = _state.tracer
-        if tracer is None or _in_store.get():
+        if tracer is None or _in_store.get() or not _state.current_span().is_recording():
             return await fn(*args, **kwargs)
-        from opentelemetry.trace import SpanKind, get_current_span
-
-        if not get_current_span().is_recording():
-            return await fn(*args, **kwargs)
-
         token = _in_store.set(True)
         try:
-            with tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes):
+            with tracer.start_as_current_span(name, kind=_state.kinds["client"], attributes=attributes):
                 return await fn(*args, **kwargs)
         finally:
             _in_store.reset(token)
@@ -291,6 +287,8 @@ def configure(settings: Settings, component: str, *, exporter: SpanExporter | No
     provider = TracerProvider(resource=resource)
     for processor in [SimpleSpanProcessor(exporter)] if exporter is not None else _processors(settings):
         provider.add_span_processor(processor)
+    _state.kinds = _kinds()
+    _state.current_span = trace.get_current_span
     _state.provider = provider
     _state.tracer = provider.get_tracer(TRACER_NAME)
     _state.log_filter = TraceIdsFilter()

@@ -89,6 +89,7 @@ def test_a_context_request_is_one_trace_over_ingress_recall_and_the_stores(clien
     (server,) = [s for s in trace if s["parent_span_id"] == caller]
     assert server["name"] == "POST /v1/context" and server["kind"] == "SERVER" and server["parent_remote"]
     assert server["attributes"]["http.route"] == "/v1/context" and server["attributes"]["http.response.status_code"] == 200
+    assert server["attributes"]["ray.serve.request_id"] == response.headers["x-request-id"]  # the access log's id
     (context,) = [s for s in trace if s["name"] == "memory.context"]
     assert by_id[context["parent_span_id"]] is server
     attributes = context["attributes"]
