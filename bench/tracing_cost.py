@@ -81,6 +81,13 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=500, help="past turns of the user")
     parser.add_argument("--work-dir", type=Path, default=None, help="data dirs of both services (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE,...",
+        help="another traced service, with these variables over `on`'s (e.g. quiet:OTEL_TRACES_EXPORTER=none)",
+    )
     args = parser.parse_args()
 
     sink = OtlpSink()
@@ -94,6 +101,9 @@ def main() -> None:
             "OTEL_TRACES_SAMPLER": "parentbased_always_on",
         },
     }
+    for spec in args.arm:
+        name, _, variables = spec.partition(":")
+        arms[name] = arms["on"] | dict(pair.split("=", 1) for pair in variables.split(",") if pair)
     with ExitStack() as stack:
         urls = {arm: stack.enter_context(memserve_up(work / arm, env)) for arm, env in arms.items()}
         clients = {arm: stack.enter_context(httpx.Client(base_url=url, timeout=60)) for arm, url in urls.items()}
@@ -109,7 +119,8 @@ def main() -> None:
         exported_before = sink.requests
         for r in tqdm(range(args.rounds), desc="rounds", unit="round"):
             questions = [QUESTIONS[(r + i) % len(QUESTIONS)].format(k=(r * args.block + i) % 37) for i in range(args.block)]
-            for arm in list(arms) if r % 2 == 0 else list(arms)[::-1]:
+            order = list(arms)
+            for arm in order[r % len(order) :] + order[: r % len(order)]:  # each arm goes first in turn
                 before = cpu_seconds(work / arm)
                 for question in questions:
                     context(clients[arm], user, sessions[arm], question)
@@ -118,27 +129,28 @@ def main() -> None:
                 ms[arm].append(total)
                 ingress_ms[arm].append(ingress)
         time.sleep(6)  # the batch span processor's schedule (5 s): the last spans reach the sink
-    ratios = [on / off for on, off in zip(ms["on"], ms["off"], strict=True)]
-    ingress_ratios = [on / off for on, off in zip(ingress_ms["on"], ingress_ms["off"], strict=True)]
-    low, high = median_interval(ratios)
-    ingress_low, ingress_high = median_interval(ingress_ratios)
     result = {
         "rounds": args.rounds,
         "block": args.block,
         "memories": args.memories,
+        "arms": {arm: arms[arm] for arm in arms},
         "cpu_ms_per_context": {arm: round(statistics.median(v), 3) for arm, v in ms.items()},
         "ingress_cpu_ms_per_context": {arm: round(statistics.median(v), 3) for arm, v in ingress_ms.items()},
-        "ratio_on_off": {"median": round(statistics.median(ratios), 4), "ci95": [round(low, 4), round(high, 4)]},
-        "ingress_ratio_on_off": {
-            "median": round(statistics.median(ingress_ratios), 4),
-            "ci95": [round(ingress_low, 4), round(ingress_high, 4)],
-        },
+        "ratio_to_off": {arm: paired_ratio(ms[arm], ms["off"]) for arm in arms if arm != "off"},
+        "ingress_ratio_to_off": {arm: paired_ratio(ingress_ms[arm], ingress_ms["off"]) for arm in arms if arm != "off"},
         "otlp_exports": sink.requests - exported_before,
         "otlp_bytes": sink.bytes,
     }
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+
+
+def paired_ratio(arm: list[float], off: list[float]) -> dict:
+    """The median of the per-round ratios, with a 95% bootstrap interval."""
+    ratios = [a / o for a, o in zip(arm, off, strict=True)]
+    low, high = median_interval(ratios)
+    return {"median": round(statistics.median(ratios), 4), "ci95": [round(low, 4), round(high, 4)]}
 
 
 def context(client: httpx.Client, user: str, session: str, question: str) -> None:

@@ -109,8 +109,10 @@ async def search_memories(
     deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest
 ) -> list[schemas.SearchHit] | schemas.SearchExplained:
     attributes = {"memory.operation": "search", "memory.tenant": tenant, "memory.user": user_id}
-    with tracing.span("memory.search", attributes=attributes):
+    with tracing.span("memory.search", attributes=attributes) as span:
         found = await _search(deps, tenant, user_id, body)
+        if span.is_recording():
+            span.set_attributes({"memory.recalled": len(found.hits), "memory.degraded": found.degraded})
     hits = hits_out(found.hits)
     if not body.explain:
         return hits

@@ -67,26 +67,6 @@ async def recall(
     `explained` also judges every candidate (`Recall.verdicts`): the same floors, the same order."""
     if top_k <= 0 or not query.strip():
         return Recall([])
-    attributes = {"memory.operation": "recall", "memory.tenant": tenant, "memory.user": user, "memory.top_k": top_k}
-    with tracing.span("memory.recall", attributes=attributes) as span:
-        found = await _recall(stores, embed_one, tenant, user, query, top_k, settings, min_score, observe_ms, explained)
-        span.set_attribute("memory.recalled", len(found.hits))
-        span.set_attribute("memory.degraded", found.degraded)
-        return found
-
-
-async def _recall(
-    stores: Stores,
-    embed_one: EmbedOne,
-    tenant: str,
-    user: str,
-    query: str,
-    top_k: int,
-    settings: Settings,
-    min_score: float | None,
-    observe_ms: Callable[[float], None] | None,
-    explained: bool,
-) -> Recall:
     started = time.perf_counter()
     candidates = max(settings.recall_candidates, top_k)
     terms = normalize(query) if settings.recall_hybrid else ""

@@ -2,7 +2,7 @@
 (`tracing_spans_dir`), and these tests read them back by the trace ids they sent in `traceparent`.
 
 A context request is one trace, one tree under the caller's span, covering the ingress, the memory
-operation, recall and all three stores. A call across deployments (compress: Ingress to Memorizer;
+operation, the query's embedding and all three stores. A call across deployments (compress: Ingress to Memorizer;
 memorization: Memorizer to Embedder) keeps the trace, with the callee's span a child of the
 caller's: were the context lost on the way, the callee's span would start a trace of its own and
 these tests would not find it.
@@ -64,7 +64,7 @@ def _ancestors(span: dict, by_id: dict[str, dict]) -> list[str]:
     return names
 
 
-def test_a_context_request_is_one_trace_over_ingress_recall_and_the_stores(client, spans_dir):
+def test_a_context_request_is_one_trace_over_the_ingress_and_the_stores(client, spans_dir):
     user, old, new = f"trace-{uuid.uuid4().hex[:8]}", f"trace-{uuid.uuid4().hex[:8]}", f"trace-{uuid.uuid4().hex[:8]}"
     notes = [
         {"role": "user", "content": "Our cat Miso only eats the salmon pate from the blue tin."},
@@ -82,7 +82,7 @@ def test_a_context_request_is_one_trace_over_ingress_recall_and_the_stores(clien
 
     def complete(spans: list[dict]) -> bool:
         names = {s["name"] for s in _of_trace(trace_id)(spans)}
-        return {"POST /v1/context", "memory.context", "memory.recall"} <= names
+        return {"POST /v1/context", "memory.context", "memory.embed_query", "VectorStore.search_dense_ids"} <= names
 
     trace = _of_trace(trace_id)(_wait_spans(spans_dir, complete))
     by_id = _one_tree(trace, caller)
