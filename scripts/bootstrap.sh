@@ -12,7 +12,7 @@ if [[ ! -f $stamp ]]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   # constraints/cpu.txt pins the CPU torch wheel; a GPU image installs without it and keeps its own torch.
   # The typed client (client/, its own package) with its LangChain extra: the tests drive the service with it.
-  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test,bench,docs]' -e './client[langchain]'
+  .venv/bin/python -m pip install --quiet -c constraints/cpu.txt -e '.[cpu,test,bench,docs,otel]' -e './client[langchain]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

@@ -276,6 +276,17 @@ class Settings(BaseSettings):
         3, ge=1, description="Invalid outputs for one span before it is skipped (counted as rejects); outages never skip."
     )
 
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry spans of every request (docs/operations/tracing.md), exported where the standard "
+        "OTEL_* variables say (OTLP over http/protobuf by default: OTEL_EXPORTER_OTLP_ENDPOINT); needs the `otel` extra.",
+    )
+    tracing_spans_dir: str = Field(
+        "",
+        description="With tracing on: write spans as JSON lines to files in this directory (one per process) instead "
+        "of exporting them; for tests and a look without a collector. Empty: export.",
+    )
+
     @model_validator(mode="after")
     def _llm_endpoint_named(self) -> Settings:
         if self.llm_mode == "ray-serve-llm" and "llm_base_url" not in self.model_fields_set:

@@ -14,6 +14,7 @@ from serve_app.api.inspector.router import router as inspector_router
 from serve_app.api.mcp_tools import build_mcp, mcp_routes
 from serve_app.api.routers import chat, context, health, memories, operations, sessions, users
 from serve_app.core.hosts import HostPolicy
+from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 
 ROUTERS = (
@@ -45,6 +46,11 @@ def create_http_app(deps: Dependencies) -> FastAPI:
         version="1.0.0",
         description="Working, short-term and long-term memory for LLM agents, on Ray Serve.",
         lifespan=lifespan,
+        # FastAPI's own server span of each request (outside every middleware, `traceparent` of the
+        # caller honoured) is the root of the replica's spans; the memory operation's span and the
+        # stores' hang below it. Its per-step spans (dependencies, endpoint, serialization) would
+        # only split the request's own time into thirds: off.
+        telemetry={"tracing": tracing.enabled(), "tracer_provider": tracing.provider(), "operation_spans": False},
     )
     app.state.dependencies = deps
     install_error_handlers(app)

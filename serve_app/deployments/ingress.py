@@ -14,14 +14,17 @@ import logging
 from fastapi import FastAPI
 from ray import serve
 from ray.exceptions import RayTaskError
+from ray.serve.context import _get_serve_request_context
 from ray.serve.handle import DeploymentHandle
 from ray.util import metrics
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.api.http import create_http_app
 from serve_app.deployments.redis_metrics import RedisConfirmMetrics
 from serve_app.encoding.query import load_query_encoder
 from serve_app.errors import ServiceError
 from serve_app.llm.client import llm_client
+from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
@@ -87,11 +90,27 @@ class IngressMetrics:
             self.section_tokens.observe(tokens, tags={"section": section})
 
 
+class ServeRequestIds:
+    """Serve's request id on the request's span (`ray.serve.request_id`): Serve writes its access log
+    line after the span ended, with that id and no trace id, so the id leads from the line to the trace."""
+
+    def __init__(self, inner: ASGIApp):
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            from opentelemetry import trace
+
+            trace.get_current_span().set_attribute("ray.serve.request_id", _get_serve_request_context().request_id)
+        await self.inner(scope, receive, send)
+
+
 @serve.deployment(name="Ingress", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
 @serve.ingress()
 class Ingress:
     async def __init__(self, embedder: DeploymentHandle, memorizer: DeploymentHandle, settings: dict | None = None):
         self.settings = Settings(**(settings or {}))
+        tracing.configure(self.settings, "Ingress")
         self.embedder = embedder
         self.memorizer = memorizer
         self.pokes: set[asyncio.Task] = set()
@@ -105,8 +124,8 @@ class Ingress:
         self.deps = Dependencies(
             settings=self.settings,
             stores=stores,
-            embed_one=encoder.encode_one if encoder is not None else self.embedder.embed_one.remote,
-            embed_documents=self.embedder.embed_many.remote,
+            embed_one=encoder.encode_one if encoder is not None else self._embed_one,
+            embed_documents=self._embed_documents,
             compact_now=self._compact_now,
             keyring=self.settings.keyring(),
             signer=self.settings.inspector_signer(),
@@ -118,20 +137,31 @@ class Ingress:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """Serve calls this once the constructor ran: the app is this replica's, with its state."""
-        return create_http_app(self.deps)
+        app = create_http_app(self.deps)
+        if tracing.enabled():
+            app.add_middleware(ServeRequestIds)
+        return app
+
+    async def _embed_one(self, text: str) -> list[float]:
+        return await self.embedder.embed_one.remote(text, tracing.carrier())
+
+    async def _embed_documents(self, texts: list[str], plain: list[bool] | None = None) -> list[list[float]]:
+        return await self.embedder.embed_many.remote(texts, plain, tracing.carrier())
 
     async def _compact_now(self, tenant: str, session: str) -> dict:
         try:
-            return await self.memorizer.compress.remote(tenant, session)
+            return await self.memorizer.compress.remote(tenant, session, tracing.carrier())
         except RayTaskError as exc:  # answer with the memorizer's own error
             if isinstance(exc.cause, ServiceError):
                 raise exc.cause from None
             raise exc.as_instanceof_cause() from None
 
     def _poke(self, tenant: str, session_id: str) -> None:
+        context = tracing.carrier()  # the write's: the memorizer links the pass it starts to it
+
         async def send() -> None:
             try:
-                await self.memorizer.poke.remote(tenant, session_id)
+                await self.memorizer.poke.remote(tenant, session_id, context)
             except Exception as exc:  # the sweep picks the session up from the pending set
                 logger.warning("memorizer poke failed: %r", exc)
 

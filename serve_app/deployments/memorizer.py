@@ -13,6 +13,7 @@ from ray.util import metrics
 from serve_app.deploy.autoscaling import LAG, WAITING
 from serve_app.deployments.redis_metrics import RedisConfirmMetrics, sample_replica_lag
 from serve_app.llm.client import llm_client
+from serve_app.runtime import tracing
 from serve_app.runtime.priority import lower_priority
 from serve_app.services.compaction import CompactionOutcome, Redo
 from serve_app.services.memorizer import MemorizeReport
@@ -132,6 +133,7 @@ class Memorizer:
 
     async def __init__(self, embedder: DeploymentHandle, settings: dict | None = None):
         self.settings = Settings(**(settings or {}))
+        tracing.configure(self.settings, "Memorizer")
         lower_priority(self.settings.background_nice)
         self.embedder = embedder
         self.stores = await Stores.connect(self.settings, redis_observer=RedisConfirmMetrics())
@@ -140,15 +142,17 @@ class Memorizer:
         self.lag_sampler = asyncio.create_task(sample_replica_lag(self.stores.log))
 
     async def _embed(self, texts: list[str], plain: list[bool] | None = None) -> list[list[float]]:
-        return await self.embedder.embed_many.remote(texts, plain)
+        return await self.embedder.embed_many.remote(texts, plain, tracing.carrier())
 
-    async def poke(self, tenant: str, session: str) -> None:
-        """Start work for a session and return at once."""
-        self.work.schedule(tenant, session)
+    async def poke(self, tenant: str, session: str, trace: tracing.Carrier | None = None) -> None:
+        """Start work for a session and return at once; the pass links to the caller's trace."""
+        with tracing.span("Memorizer.poke", kind="server", parent=trace):
+            self.work.schedule(tenant, session)
 
-    async def compress(self, tenant: str, session: str) -> dict:
+    async def compress(self, tenant: str, session: str, trace: tracing.Carrier | None = None) -> dict:
         """Compact now (the API's /compress), with the configured summarizer."""
-        return await self.work.compress(tenant, session)
+        with tracing.span("Memorizer.compress", kind="server", parent=trace):
+            return await self.work.compress(tenant, session)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What `serve_app.deploy.autoscaling:MemorizerBacklogPolicy` scales on (the last sweep's view)."""

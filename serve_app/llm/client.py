@@ -16,6 +16,8 @@ from openai import AsyncOpenAI
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from serve_app.runtime import tracing
+
 
 class LLMError(RuntimeError):
     """The model did not give a usable answer (timeout, connection, HTTP or engine error)."""
@@ -101,26 +103,72 @@ class OpenAIChatClient:
         except (AttributeError, IndexError, TypeError) as exc:
             raise LLMError(f"malformed chat completion: {str(completion)[:300]}") from exc
 
-    def _arguments(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _arguments(self, body: dict[str, Any], span: Any = None) -> dict[str, Any]:
         known = {k: v for k, v in body.items() if k in _CREATE_ARGS}
         extra = {k: v for k, v in body.items() if k not in _CREATE_ARGS}
-        return {**known, "model": self.model} | ({"extra_body": extra} if extra else {})
+        arguments = {**known, "model": self.model} | ({"extra_body": extra} if extra else {})
+        if tracing.enabled():  # the upstream's own spans (vLLM's, a gateway's) join the request's trace
+            headers: dict[str, str] = {}
+            tracing.inject(headers, span)
+            arguments["extra_headers"] = headers
+        return arguments
 
     async def complete(self, body: dict[str, Any]) -> ChatCompletion:
         """One chat completion of an OpenAI request body (the model is always this client's)."""
-        try:
-            return await self.client.chat.completions.create(**self._arguments(body | {"stream": False}))
-        except openai.OpenAIError as exc:
-            raise _error(exc) from exc
+        with tracing.span(f"chat {self.model}", kind="client", attributes=self._request_attributes(body)) as span:
+            try:
+                completion = await self.client.chat.completions.create(**self._arguments(body | {"stream": False}))
+            except openai.OpenAIError as exc:
+                raise _error(exc) from exc
+            if span.is_recording():
+                _response_attributes(span, completion)
+            return completion
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[ChatCompletionChunk]:
         """The chunks of a streamed chat completion, as the model gives them."""
+        # Not made current: the span lives across this generator's yields, where the consumer's
+        # context is not the generator's.
+        span = tracing.start_span(f"chat {self.model}", kind="client", attributes=self._request_attributes(body))
+        error: BaseException | None = None
+        first = True
         try:
-            chunks = await self.client.chat.completions.create(**self._arguments(body | {"stream": True}))
+            chunks = await self.client.chat.completions.create(**self._arguments(body | {"stream": True}, span))
             async for chunk in chunks:
+                if span.is_recording():
+                    if first:
+                        span.add_event("gen_ai.first_chunk")
+                        first = False
+                    _response_attributes(span, chunk)
                 yield chunk
         except openai.OpenAIError as exc:
-            raise _error(exc) from exc
+            error = _error(exc)
+            raise error from exc
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            tracing.end_span(span, error if not isinstance(error, GeneratorExit) else None)
+
+    def _request_attributes(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The GenAI semantic conventions' request attributes (the model is always this client's)."""
+        if not tracing.enabled():
+            return None
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": self.model,
+            "server.address": self.client.base_url.host,
+        }
+        if self.client.base_url.port is not None:
+            attributes["server.port"] = self.client.base_url.port
+        for key, name in _REQUEST_ATTRIBUTES.items():
+            value = body.get(key)
+            if isinstance(value, int | float | str) and not isinstance(value, bool):
+                attributes[name] = value
+        if isinstance(format_ := body.get("response_format"), dict) and "type" in format_:
+            attributes["gen_ai.output.type"] = "json" if format_["type"] in ("json_schema", "json_object") else format_["type"]
+        return attributes
 
     async def context_window(self, default: int) -> int:
         """The model's context window as the endpoint reports it (vLLM's `max_model_len`, or the
@@ -137,6 +185,32 @@ class OpenAIChatClient:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+_REQUEST_ATTRIBUTES = {
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+}
+
+
+def _response_attributes(span: Any, reply: ChatCompletion | ChatCompletionChunk) -> None:
+    """The response's attributes, from a completion or from each chunk as it comes (the id and model
+    come with every chunk, the finish reasons and the usage with the last ones)."""
+    if reply.id:
+        span.set_attribute("gen_ai.response.id", reply.id)
+    if reply.model:
+        span.set_attribute("gen_ai.response.model", reply.model)
+    reasons = [c.finish_reason for c in reply.choices or () if c.finish_reason]
+    if reasons:
+        span.set_attribute("gen_ai.response.finish_reasons", reasons)
+    if (usage := reply.usage) is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
 
 
 def llm_client(settings) -> OpenAIChatClient | None:

@@ -18,6 +18,7 @@ from serve_app.core.memory_lines import MemoryItem, passage_item
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
 from serve_app.core.standing import STANDING_CATEGORIES, bears_on, key_words
 from serve_app.errors import SessionOwnerError
+from serve_app.runtime import tracing
 from serve_app.schemas import ContextRequestIn, ContextResponse, ContextUsage, SectionUsage
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memories import hits_out
@@ -76,6 +77,36 @@ async def build_working_memory(
     chat call's own turns, after the log's; `history_upto`: the log's last seq that call saw (turns
     that other calls append meanwhile stay out of its prompt, which ends with its own newest turn);
     `tools`: a chat call's tool definitions, which take room in the prompt."""
+    attributes = {
+        "memory.operation": "context",
+        "memory.tenant": tenant,
+        "memory.user": req.user_id,
+        "memory.session": req.session_id,
+    }
+    with tracing.span("memory.context", attributes=attributes) as span:
+        response = await _build(deps, tenant, req, pending_turns, tools, history_upto)
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "memory.recalled": len(response.recalled),
+                    "memory.facts": len(response.facts) + len(response.standing),
+                    "memory.prompt_tokens": response.usage.sections["memory"].tokens,
+                    "memory.summary_tokens": response.usage.sections["summary"].tokens,
+                    "memory.context_tokens": response.usage.total_tokens,
+                    "memory.degraded": response.degraded,
+                }
+            )
+        return response
+
+
+async def _build(
+    deps: Dependencies,
+    tenant: str,
+    req: ContextRequestIn,
+    pending_turns: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    history_upto: int | None,
+) -> ContextResponse:
     stores, settings = deps.stores, deps.settings
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k

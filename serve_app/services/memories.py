@@ -14,10 +14,11 @@ from serve_app.core.ids import direct_memory_id
 from serve_app.core.ranking import Verdict
 from serve_app.core.records import Hit
 from serve_app.errors import InvalidRequest, MemoryNotFound
+from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memory_writes import DIRECT, delete_memories, memory_row, save_memories
 from serve_app.services.quota import check_memory_quota
-from serve_app.services.recall import fusion_params, recall
+from serve_app.services.recall import Recall, fusion_params, recall
 from serve_app.stores.vectors import MAX_RESULT_WINDOW
 
 SEARCH_HITS = TypeAdapter(list[schemas.SearchHit])
@@ -107,19 +108,11 @@ async def delete_memory(deps: Dependencies, tenant: str, user_id: str, memory_id
 async def search_memories(
     deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest
 ) -> list[schemas.SearchHit] | schemas.SearchExplained:
-    found = await recall(
-        deps.stores,
-        deps.embed_one,
-        tenant,
-        user_id,
-        body.query,
-        top_k=body.top_k,
-        settings=deps.settings,
-        min_score=body.min_score,
-        # An explained search judges and fetches every candidate: not what a search costs.
-        observe_ms=None if body.explain else deps.observe_recall("search", tenant),
-        explained=body.explain,
-    )
+    attributes = {"memory.operation": "search", "memory.tenant": tenant, "memory.user": user_id}
+    with tracing.span("memory.search", attributes=attributes) as span:
+        found = await _search(deps, tenant, user_id, body)
+        if span.is_recording():
+            span.set_attributes({"memory.recalled": len(found.hits), "memory.degraded": found.degraded})
     hits = hits_out(found.hits)
     if not body.explain:
         return hits
@@ -133,6 +126,22 @@ async def search_memories(
             min_keyword_coverage=params.min_keyword_coverage,
         ),
         degraded=found.degraded,
+    )
+
+
+async def _search(deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest) -> Recall:
+    return await recall(
+        deps.stores,
+        deps.embed_one,
+        tenant,
+        user_id,
+        body.query,
+        top_k=body.top_k,
+        settings=deps.settings,
+        min_score=body.min_score,
+        # An explained search judges and fetches every candidate: not what a search costs.
+        observe_ms=None if body.explain else deps.observe_recall("search", tenant),
+        explained=body.explain,
     )
 
 

@@ -22,6 +22,7 @@ from serve_app.core.rerank import reordered, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
 from serve_app.errors import RecallUnavailable
+from serve_app.runtime import tracing
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
@@ -72,7 +73,9 @@ async def recall(
     keyword_task = asyncio.create_task(stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
 
     async def dense_side() -> list[tuple[str, float, int]]:
-        return await stores.vectors.search_dense_ids(tenant, user, await embed_one(query), limit=candidates)
+        with tracing.span("memory.embed_query"):
+            vector = await embed_one(query)
+        return await stores.vectors.search_dense_ids(tenant, user, vector, limit=candidates)
 
     degraded: list[str] = []
     dense: list[tuple[str, float, int]] = []

@@ -8,6 +8,7 @@ from serve_app import schemas
 from serve_app.core.auth import Caller
 from serve_app.core.clock import ms_to_datetime
 from serve_app.errors import SessionNotFound
+from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memory_writes import delete_memories
 from serve_app.services.quota import check_memory_quota
@@ -21,6 +22,19 @@ async def append_messages(
 
     Only Redis is touched: the memorizer finds the session in the pending set at its next sweep
     (or at once, when `memorizer_poke` is on)."""
+    attributes = {
+        "memory.operation": "append",
+        "memory.tenant": caller.tenant,
+        "memory.user": body.user_id,
+        "memory.session": session_id,
+        "memory.store": "redis",
+        "memory.messages": len(body.messages),
+    }
+    with tracing.span("memory.append", attributes=attributes):
+        return await _append(deps, caller, session_id, body)
+
+
+async def _append(deps: Dependencies, caller: Caller, session_id: str, body: schemas.AppendRequest) -> schemas.AppendResponse:
     settings = deps.settings
     limit = settings.rate_limit_overrides.get(caller.tenant, settings.rate_limit_messages_per_minute)
     await deps.stores.rate_limits.spend(caller.key_digest, len(body.messages), limit)
@@ -89,8 +103,10 @@ async def delete_session(deps: Dependencies, tenant: str, session_id: str) -> sc
 
 async def compress_session(deps: Dependencies, tenant: str, session_id: str) -> schemas.CompressResponse:
     """Compact now, where the summarizer (and its LLM, when one is configured) lives."""
-    await existing_session(deps, tenant, session_id)
-    outcome = await deps.compact_now(tenant, session_id)
+    attributes = {"memory.operation": "compress", "memory.tenant": tenant, "memory.session": session_id}
+    with tracing.span("memory.compress", attributes=attributes):
+        await existing_session(deps, tenant, session_id)
+        outcome = await deps.compact_now(tenant, session_id)
     return schemas.CompressResponse(session_id=session_id, **outcome)
 
 

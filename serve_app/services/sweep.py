@@ -18,6 +18,7 @@ from typing import Protocol
 
 from serve_app.encoding import EmbedMany
 from serve_app.llm.client import ChatClient
+from serve_app.runtime import tracing
 from serve_app.services.compaction import CompactionOutcome
 from serve_app.services.index_repair import move_vectors, reembed_vectors, reindex_keywords, repair_vectors
 from serve_app.services.memorizer import MemorizeReport, SessionMemorizer
@@ -28,6 +29,23 @@ logger = logging.getLogger("ray.serve")
 MAX_BACKOFF_S = 60.0
 
 Key = tuple[str, str]  # (tenant, session)
+
+
+def _attributes(key: Key, operation: str = "memorize") -> dict[str, str]:
+    return {"memory.operation": operation, "memory.tenant": key[0], "memory.session": key[1]}
+
+
+def _report_on(span, report: MemorizeReport) -> None:
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "memory.skipped": report.skipped,
+                "memory.embedded": report.embedded,
+                "memory.facts_written": report.facts_written,
+                "memory.summaries": report.summaries,
+                "memory.degraded": report.llm_trouble,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,7 @@ class MemorizerSweep:
         self.again: set[Key] = set()
         self.not_before: dict[Key, tuple[float, float]] = {}  # retry backoff of failed embedding passes
         self.llm_running: dict[Key, asyncio.Task] = {}
+        self.asked_by: dict[Key, list] = {}  # links to the spans that poked a session, for its next pass
         self.unflushed = False
         self.last_flush = time.monotonic()
         self.repaired_reloads: int | None = None  # None: repair once at start (Milvus may have restarted meanwhile)
@@ -130,6 +149,8 @@ class MemorizerSweep:
     def schedule(self, tenant: str, session: str) -> asyncio.Task:
         """Memorize the session now, or once more when it is already running (new turns arrived)."""
         key = (tenant, session)
+        if links := tracing.current_link():
+            self.asked_by.setdefault(key, []).extend(links)
         task = self.running.get(key)
         if task is not None and not task.done():
             self.again.add(key)
@@ -143,8 +164,13 @@ class MemorizerSweep:
         try:
             while True:
                 self.again.discard(key)
-                since_ms = await self.stores.log.pending_since_ms(*key)
-                report = await self.logic.memorize(*key, on_conflict=self.observers.conflict)
+                # A pass serves every write since the last: a trace of its own, linked to the
+                # requests that asked for it (pokes; the sweep's own finds link to nothing).
+                asked_by = self.asked_by.pop(key, [])
+                with tracing.span("memory.memorize", root=True, links=asked_by, attributes=_attributes(key)) as span:
+                    since_ms = await self.stores.log.pending_since_ms(*key)
+                    report = await self.logic.memorize(*key, on_conflict=self.observers.conflict)
+                    _report_on(span, report)
                 if report.skipped:  # another worker holds it; what it leaves is still pending
                     break
                 lag = max(0.0, time.time() - since_ms / 1000) if since_ms is not None and report.cursor >= 0 else None
@@ -184,9 +210,11 @@ class MemorizerSweep:
     async def _llm_pass(self, key: Key) -> MemorizeReport | None:
         report, ok, seen_len = None, False, 0
         try:
-            meta = await self.stores.log.meta(*key)
-            seen_len = meta.message_count if meta is not None else 0
-            report = await self.logic.catch_up_llm(*key, on_conflict=self.observers.conflict)
+            with tracing.span("memory.catch_up_llm", root=True, attributes=_attributes(key, "catch_up_llm")) as span:
+                meta = await self.stores.log.meta(*key)
+                seen_len = meta.message_count if meta is not None else 0
+                report = await self.logic.catch_up_llm(*key, on_conflict=self.observers.conflict)
+                _report_on(span, report)
             if report.skipped:  # another worker holds the lane and records its own pass
                 return report
             self.observers.memorized(report, None)

@@ -11,6 +11,8 @@ from datetime import datetime
 
 import asyncpg
 
+from serve_app.runtime.tracing import traced_store
+
 
 @dataclass(frozen=True)
 class AuditRecord:
@@ -23,6 +25,7 @@ class AuditRecord:
     result: dict[str, int]
 
 
+@traced_store("postgresql")
 class AuditLog:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool

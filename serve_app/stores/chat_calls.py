@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from serve_app.runtime.tracing import traced_store
 from serve_app.stores.redis_client import AnyRedis
 
 
@@ -25,6 +26,7 @@ class CallRecord:
     """How many of the request's last turns the call stored."""
 
 
+@traced_store("redis")
 class ChatCalls:
     def __init__(self, redis: AnyRedis, ttl_s: int):
         self.redis = redis

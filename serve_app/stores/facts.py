@@ -13,6 +13,7 @@ import asyncpg
 
 from serve_app.core.records import FACT_CATEGORIES
 from serve_app.errors import InvalidRequest
+from serve_app.runtime.tracing import traced_store
 from serve_app.stores.pg_pool import create_pool
 from serve_app.stores.pg_schema import migrate
 
@@ -43,6 +44,7 @@ class Fact:
 _COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to"
 
 
+@traced_store("postgresql")
 class FactStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool

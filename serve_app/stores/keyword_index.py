@@ -22,6 +22,7 @@ from serve_app.core.ids import VECTOR_KEYS
 from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 from serve_app.encoding import DOCUMENT_EMBEDDING
+from serve_app.runtime.tracing import traced_store
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -67,6 +68,7 @@ def idf(df: float, n: float) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
+@traced_store("postgresql")
 class KeywordIndex:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from serve_app.errors import RateLimited
+from serve_app.runtime.tracing import traced_store
 from serve_app.stores.redis_client import AnyRedis
 
 # KEYS: the key's arrival time. ARGV: now (ms), messages, limit per minute.
@@ -29,6 +30,7 @@ return 0
 """
 
 
+@traced_store("redis")
 class RateLimiter:
     def __init__(self, redis: AnyRedis, clock: Callable[[], float] = time.time):
         self._spend = redis.register_script(_SPEND)

@@ -34,6 +34,7 @@ from pymilvus.exceptions import MilvusException
 
 from serve_app.core.ids import MAX_ID_LENGTH, VECTOR_KEYS, vector_key
 from serve_app.core.records import MAX_LABEL_BYTES, MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
+from serve_app.runtime.tracing import traced_store
 
 FILTER_FIELDS = frozenset({"pk", "id", "tenant_id", "user_id", "session_id", "seq", "role", "kind"})
 _FIELD_RE = re.compile(r"^[a-z_]+$")
@@ -173,6 +174,7 @@ def open_legacy(uri: str, name: str, token: str = "") -> int | None:
         client.close()
 
 
+@traced_store("milvus")
 class VectorStore:
     def __init__(self, uri: str, collection: str, dim: int, token: str = "", partitions: int = DEFAULT_PARTITIONS):
         """`collection` is the configured name: the collections of the key schemes derive from it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -55,14 +56,22 @@ def metrics_url(service_url, metrics_port) -> str:
 
 
 @pytest.fixture(scope="session")
-def service_url(backends, data_root, metrics_port) -> str:
+def spans_dir(data_root) -> Path:
+    return data_root / "spans"
+
+
+@pytest.fixture(scope="session")
+def service_url(backends, data_root, metrics_port, spans_dir) -> str:
     import ray
     from ray import serve
 
     os.environ.update(backends.env)
+    # Tracing on, every span to a file per replica process (test_tracing.py reads them back); the
+    # batch processor writes them out within 0.2 s rather than its default 5.
+    os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
     port = free_port()
     config = load_serve_config(DEFAULT_CONFIG, host="127.0.0.1", port=port)
-    config.applications[0].args = TEST_ARGS
+    config.applications[0].args = {**TEST_ARGS, "tracing": True, "tracing_spans_dir": str(spans_dir)}
     start_serving(ray_temp_dir(data_root), config, metrics_port=metrics_port)
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from serve_app.runtime.tracing import traced_store
 from serve_app.stores.session_log.checkpoint import Checkpoints
 from serve_app.stores.session_log.cursors import Cursors
 from serve_app.stores.session_log.lanes import Lanes
@@ -12,6 +13,7 @@ from serve_app.stores.session_log.turns import SessionTurns
 from serve_app.stores.session_log.users import UserSessions
 
 
+@traced_store("redis")
 class SessionLog(SessionTurns, Checkpoints, Cursors, Lanes, Leases, UserSessions, Stats, LayoutMigration):
     """Async Redis client for session logs, checkpoints, cursors and the two lanes.
     `cluster`: the URL names one node of a Redis Cluster (redis-py has no URL scheme for it);
