@@ -8,7 +8,7 @@ stores --memories memories for one user among --other-users: the measured user's
 turns embedded by the service's own model (int8, as shipped), so vector search runs over real text
 embeddings; the other users' rows carry random unit vectors. Queries are LoCoMo questions, each used
 once per part. Each part runs with the arguments the request path gives it: dense search returns ids
-for `recall_candidates` (50) hits, BM25 scores the normalized question for 50, the winners' details
+for `recall_candidates` (100) hits, BM25 scores the normalized question for 100, the winners' details
 are one fetch, the budget fits each question's own memories with the history and the facts. Every
 part reports p50 and p99 at concurrency 1 and its throughput at concurrency 32 (what bench.load
 divides by: one client's QPS says nothing about 32 of them), and the CPU one call takes at

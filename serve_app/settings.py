@@ -177,7 +177,13 @@ class Settings(BaseSettings):
         description="JSON file of second-stage models fitted on your own conversations (`python -m bench.rerank_fit "
         "DATA --model-out FILE`); empty: the shipped pair, fitted on LoCoMo and long development conversations.",
     )
-    recall_candidates: int = Field(50, ge=1, le=500, description="Candidates taken from each side before fusion.")
+    recall_candidates: int = Field(
+        100,
+        ge=1,
+        le=500,
+        description="Candidates taken from each side before fusion: a long turn is several passages, so the lists "
+        "hold fewer distinct turns than rows (docs/benchmarks/beam.md).",
+    )
     recall_dense_weight: float = Field(0.5, ge=0, description="Weight of the dense (vector) ranking in reciprocal-rank fusion.")
     recall_keyword_weight: float = Field(1.0, ge=0, description="Weight of the keyword (BM25) ranking in reciprocal-rank fusion.")
     recall_time_weight: float = Field(0.5, ge=0, description="Boost for memories from the time a query names.")
