@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -29,6 +31,17 @@ ROUTERS = (
 )
 
 
+def _telemetry() -> dict[str, Any]:
+    """FastAPI's own server span of each request (outside every middleware, `traceparent` of the
+    caller honoured) is the root of the replica's spans; the memory operation's span and the stores'
+    hang below it. Its per-step spans (dependencies, endpoint, serialization) would only split the
+    request's own time into thirds: off. A FastAPI older than 0.162 has no `telemetry` (vLLM's
+    environments pin one): there the memory operation's span is the root (docs/operations/tracing.md)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": tracing.enabled(), "tracer_provider": tracing.provider(), "operation_spans": False}}
+
+
 def create_http_app(deps: Dependencies) -> FastAPI:
     """The app of one replica: its routes reach `deps` through `request.app.state`; the MCP tools at
     `/mcp` are the same service functions, served by the MCP SDK's session manager, which runs for
@@ -46,11 +59,7 @@ def create_http_app(deps: Dependencies) -> FastAPI:
         version="1.0.0",
         description="Working, short-term and long-term memory for LLM agents, on Ray Serve.",
         lifespan=lifespan,
-        # FastAPI's own server span of each request (outside every middleware, `traceparent` of the
-        # caller honoured) is the root of the replica's spans; the memory operation's span and the
-        # stores' hang below it. Its per-step spans (dependencies, endpoint, serialization) would
-        # only split the request's own time into thirds: off.
-        telemetry={"tracing": tracing.enabled(), "tracer_provider": tracing.provider(), "operation_spans": False},
+        **_telemetry(),
     )
     app.state.dependencies = deps
     install_error_handlers(app)
