@@ -248,9 +248,9 @@ def _processors(settings: Settings) -> list[Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     if settings.tracing_spans_dir:
-        from serve_app.runtime.span_files import JsonLinesSpanExporter
+        from serve_app.runtime.span_files import span_file_exporter
 
-        return [BatchSpanProcessor(JsonLinesSpanExporter(settings.tracing_spans_dir))]
+        return [BatchSpanProcessor(span_file_exporter(settings.tracing_spans_dir))]
     processors = []
     for name in (os.environ.get("OTEL_TRACES_EXPORTER") or "otlp").split(","):
         name = name.strip().lower()
