@@ -136,6 +136,23 @@ class MemoryNotFound(NotFound):
         super().__init__("memory not found")
 
 
+class SpaceNotFound(NotFound):
+    """A space that does not exist and one the key holds no grant on answer alike: a key without a
+    grant learns nothing of a space, not even that it exists."""
+
+    def __init__(self, spaces: list[str]) -> None:
+        super().__init__(f"memory space not found, or no grant on it: {', '.join(spaces)}", spaces=spaces)
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+
+
+class SpaceForbidden(Forbidden):
+    def __init__(self, spaces: list[str], need: str) -> None:
+        super().__init__(f"the {need} grant is needed on memory space {', '.join(spaces)}", spaces=spaces, needs=need)
+
+
 class Conflict(ServiceError):
     status_code = 409
 

@@ -12,6 +12,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from serve_app.core.budget import BudgetShares, Reason
 from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.core.records import FactCategory
+from serve_app.core.spaces import MAX_SPACES_PER_REQUEST, SPACE_PATTERN
+from serve_app.core.spaces import Role as SpaceRole
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_MESSAGES_PER_REQUEST = 100
@@ -50,6 +52,12 @@ def _within_content_limit(value: str) -> str:
 
 BoundedText = Annotated[StorableText, AfterValidator(_within_content_limit)]
 Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
+SpaceName = Annotated[str, Field(pattern=SPACE_PATTERN, description="A memory space of the caller's tenant.")]
+AgentId = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="The agent that wrote it (provenance).")]
+
+
+def _spaces(description: str) -> Any:
+    return Field(default_factory=list, max_length=MAX_SPACES_PER_REQUEST, description=description)
 
 
 def _representable_instant(value: datetime | None) -> datetime | None:
@@ -212,6 +220,9 @@ class ToolResultIn(Strict):
 
 class ContextRequestIn(Strict):
     user_id: str = _id("User whose memories and facts are recalled.")
+    spaces: list[SpaceName] = _spaces(
+        "Memory spaces recalled beside the user's own memories and facts (read grant needed); the prompt names the space of each."
+    )
     session_id: str = _id("Session whose summary and recent turns go in.")
     query: StorableText = Field("", max_length=8192, description="Drives recall; not stored.")
     system_prompt: StorableText | None = Field(None, max_length=65536, description="Goes first, always whole.")
@@ -272,6 +283,10 @@ class FactOut(BaseModel):
     source_seqs: list[int]
     valid_from: datetime
     valid_to: datetime | None
+    agent_id: str | None = Field(None, description="The agent that wrote it.")
+    added_by: str | None = Field(None, description="The key that wrote or promoted it, as the audit log names keys.")
+    origin_user: str | None = Field(None, description="A fact promoted into a space: the user it came from.")
+    space: str | None = Field(None, description="A space's fact in a context: the space.")
 
 
 class Pong(BaseModel):
@@ -297,6 +312,8 @@ class SearchHit(BaseModel):
     )
     part: int | None = Field(None, description="A passage of a long turn: its place in the turn, from 1 (else null).")
     parts: int | None = Field(None, description="A passage of a long turn: how many passages the turn has (else null).")
+    space: str | None = Field(None, description="The space it was recalled from; null: the user's own memory.")
+    agent_id: str | None = Field(None, description="The agent that wrote it, where the request named one.")
 
 
 class ContextResponse(BaseModel):
@@ -332,6 +349,7 @@ class UserSessions(BaseModel):
 
 class FactIn(Strict):
     value: StorableText = Field(min_length=1, max_length=4096, description="The fact's new value.")
+    agent_id: AgentId | None = None
     category: FactCategory = Field("fact", description="preference, fact, decision, task or instruction (holds from then on).")
     source_session: str | None = Field(None, pattern=ID_PATTERN, description="Session the fact was learnt in.")
     source_seqs: list[Seq] = Field(default_factory=list, max_length=256, description="Seqs of the turns that state it.")
@@ -346,6 +364,7 @@ class MemoryIn(Strict):
     text: StorableText = Field(min_length=1, max_length=8192, description="What to remember, in a sentence or a few.")
     id: str | None = Field(None, pattern=ID_PATTERN, description="Id to store it under; default: one made from the text.")
     created_at: Instant | None = Field(None, description="Naive = UTC; defaults to now.")
+    agent_id: AgentId | None = None
 
 
 class MemoryOut(BaseModel):
@@ -356,10 +375,15 @@ class MemoryOut(BaseModel):
     role: str
     kind: str
     created_at: datetime
+    agent_id: str | None = Field(None, description="The agent that wrote it.")
+    added_by: str | None = Field(None, description="The key that added or promoted it, as the audit log names keys.")
+    origin_user: str | None = Field(None, description="A memory promoted into a space: the user it came from.")
+    origin_memory: str | None = Field(None, description="A memory promoted into a space: the memory it was copied from.")
 
 
 class SearchRequest(Strict):
     query: StorableText = Field(min_length=1, max_length=8192, description="What to look for, in words.")
+    spaces: list[SpaceName] = _spaces("Memory spaces searched beside the user's own memories (read grant needed).")
     top_k: int = Field(10, ge=1, le=100, description="The most memories returned.")
     min_score: float | None = Field(
         None, ge=-1, le=1, description="Dense similarity floor; default the service's recall_min_score, -1 = no floor."
@@ -425,7 +449,19 @@ class AuditEntry(BaseModel):
     via: Literal["api", "inspector", "mcp"] = Field(
         description="A key on an API call, the inspector's signed-in session, or an MCP tool call."
     )
-    action: Literal["delete_memory", "close_fact", "delete_session", "forget_user", "import_user"]
+    action: Literal[
+        "delete_memory",
+        "close_fact",
+        "delete_session",
+        "forget_user",
+        "import_user",
+        "create_space",
+        "delete_space",
+        "grant_space",
+        "revoke_space",
+        "promote_memory",
+        "promote_fact",
+    ]
     target: dict[str, str]
     result: dict[str, int]
 
@@ -500,3 +536,43 @@ class Deleted(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     backends: dict[str, str]
+
+
+PRINCIPAL_PATTERN = r"^(key:[0-9a-f]{12}|local)$"
+
+
+class SpaceIn(Strict):
+    space_id: str = Field(pattern=SPACE_PATTERN, description="The space's name, unique in the tenant.")
+    quota_memories: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="The most memories it holds (default space_quota_memories; 0 = the tenant's quota only).",
+    )
+
+
+class SpaceOut(BaseModel):
+    space_id: str
+    quota_memories: int
+    created_by: str
+    created_at: datetime
+    role: SpaceRole | None = Field(description="The caller's grant on it (a tenant admin administers every space).")
+    memories: int = Field(0, description="Memories it holds.")
+
+
+class GrantIn(Strict):
+    role: SpaceRole = Field(
+        description="read: search and context; write: add and promote into it too; admin: grants and delete too."
+    )
+
+
+class GrantOut(BaseModel):
+    principal: str = Field(description="The key, as the audit log names it: `key:<first 12 hex of its SHA-256>`, or `local`.")
+    role: SpaceRole
+    granted_by: str
+    granted_at: datetime
+
+
+class PromoteIn(Strict):
+    space: SpaceName
+    agent_id: AgentId | None = None

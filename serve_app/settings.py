@@ -72,9 +72,10 @@ class Settings(BaseSettings):
 
     default_tenant: str = Field("local", description="Tenant of every request when API keys are off.")
     api_keys: dict[str, str] = Field(
-        default_factory=dict, description="SHA-256 hex of each API key -> its tenant (see `memserve hash-key`)."
+        default_factory=dict,
+        description="SHA-256 hex of each API key -> its tenant, or '<tenant>:admin' for its admin (`memserve hash-key`).",
     )
-    api_keys_file: str = Field("", description="File of '<tenant>:<sha256 hex>' lines, e.g. a mounted Secret.")
+    api_keys_file: str = Field("", description="File of '<tenant>:<sha256 hex>[:admin]' lines, e.g. a mounted Secret.")
     require_api_keys: bool = Field(False, description="Refuse to start without keys (any non-loopback deployment).")
     allowed_hosts: list[str] = Field(
         default_factory=list,
@@ -88,6 +89,14 @@ class Settings(BaseSettings):
         0, ge=0, description="Stored long-term memories per tenant; appends and memory writes past it get 429. 0 = unlimited."
     )
     quota_overrides: dict[str, int] = Field(default_factory=dict, description="Per-tenant stored-memory quotas.")
+    space_quota_memories: int = Field(
+        0, ge=0, description="Memories a new memory space may hold unless its creator sets another (0 = the tenant's quota only)."
+    )
+    forget_promoted: Literal["delete", "pseudonymise"] = Field(
+        "delete",
+        description="Forgetting a user removes the copies promoted from the user's memory into spaces (delete), or keeps "
+        "them with the user's id in their provenance replaced by a pseudonym (pseudonymise).",
+    )
     ui_secret: SecretStr = Field(
         SecretStr(""),
         description="Signs the inspector's session cookies; every Ingress replica needs the same one (memserve up keeps "
@@ -324,7 +333,8 @@ class Settings(BaseSettings):
         """The API keys of `api_keys` and `api_keys_file` together."""
         from serve_app.core.auth import KeyRing
 
-        ring = KeyRing(self.api_keys)
+        tenants = {digest: value.removesuffix(":admin") for digest, value in self.api_keys.items()}
+        ring = KeyRing(tenants, {digest for digest, value in self.api_keys.items() if value.endswith(":admin")})
         if self.api_keys_file:
             ring = ring.merged(KeyRing.from_file(self.api_keys_file))
         if self.require_api_keys and not ring.enabled:

@@ -14,12 +14,13 @@ from serve_app.api.error_responses import install_error_handlers
 from serve_app.api.host_guard import HostGuard
 from serve_app.api.inspector.router import router as inspector_router
 from serve_app.api.mcp_tools import build_mcp, mcp_routes
-from serve_app.api.routers import chat, context, health, memories, operations, sessions, users
+from serve_app.api.routers import chat, context, health, memories, operations, sessions, spaces, users
 from serve_app.core.hosts import HostPolicy
 from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 
 ROUTERS = (
+    spaces.router,
     health.router,
     sessions.router,
     context.router,

@@ -47,7 +47,7 @@ INSTRUCTIONS = (
 def caller_of(deps: Dependencies, headers: Headers | Any) -> Caller:
     """The tenant from the API key in `Authorization: Bearer` or `X-API-Key`, as the REST API reads it."""
     if not deps.keyring.enabled:
-        return Caller(deps.settings.default_tenant, "local", via="mcp")
+        return Caller(deps.settings.default_tenant, "local", via="mcp", admin=True)
     key = headers.get("x-api-key") if headers is not None else None
     auth = headers.get("authorization", "") if headers is not None else ""
     if not key and auth.lower().startswith("bearer "):
@@ -55,7 +55,7 @@ def caller_of(deps: Dependencies, headers: Headers | Any) -> Caller:
     found = deps.keyring.tenant_for(key)
     if found is None:
         raise Unauthorized()
-    return Caller(*found, via="mcp")
+    return Caller(*found, via="mcp", admin=deps.keyring.is_admin(found[1]))
 
 
 class KeyRequired:

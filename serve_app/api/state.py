@@ -37,11 +37,11 @@ async def authenticated_caller(
     if key is None and (caller := inspector_caller(deps, request)) is not None:
         return caller
     if not deps.keyring.enabled:  # the loopback-only local profile
-        return Caller(deps.settings.default_tenant, "local")
+        return Caller(deps.settings.default_tenant, "local", admin=True)
     found = deps.keyring.tenant_for(key)
     if found is None:
         raise Unauthorized()
-    return Caller(*found)
+    return Caller(*found, admin=deps.keyring.is_admin(found[1]))
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -57,7 +57,8 @@ def inspector_caller(deps: Dependencies, request: Request) -> Caller | None:
         raise Unauthorized("the inspector session's API key is no longer valid: sign in again")
     if request.method not in SAFE_METHODS and not deps.signer.csrf_ok(session, request.headers.get(CSRF_HEADER)):
         raise CsrfRejected()
-    return Caller(session.tenant, session.key_digest, via="inspector")
+    admin = session.key_digest == "local" or deps.keyring.is_admin(session.key_digest)
+    return Caller(session.tenant, session.key_digest, via="inspector", admin=admin)
 
 
 Deps = Annotated[Dependencies, Depends(replica_dependencies)]

@@ -232,14 +232,14 @@ class _Memories:
     """The memory lines chosen, in rank order, with an estimate of their rendered cost."""
 
     chosen: list[int] = field(default_factory=list)
-    groups: set[tuple[str, str]] = field(default_factory=set)
+    groups: set[tuple[str, str, str]] = field(default_factory=set)
     estimate: int = 0
     exhausted: bool = True
 
 
 @lru_cache(maxsize=4096)
-def _header_tokens(day: str) -> int:
-    return count_tokens(memory_lines.group_header(day))
+def _header_tokens(day: str, space: str = "") -> int:
+    return count_tokens(memory_lines.group_header(day, space))
 
 
 def _distinct(items: Sequence[MemoryItem]) -> list[int]:
@@ -263,7 +263,7 @@ def _choose_memories(items: Sequence[MemoryItem], candidates: Sequence[int], all
         item = items[index]
         if index not in costs:
             costs[index] = count_tokens(memory_lines.item_line(item))
-        cost = costs[index] + (0 if item.group in picked.groups else _header_tokens(item.day))
+        cost = costs[index] + (0 if item.group in picked.groups else _header_tokens(item.day, item.space))
         if picked.estimate + cost > allowed:
             picked.exhausted = False
             break

@@ -77,3 +77,14 @@ def vector_key(tenant_id: str, owner: str, memory_id: str) -> str:
     key space per collection. Fixed length, whatever the ids' lengths. The owner is a user id today;
     an owner of another kind (a shared space) would name itself so that no user id can equal it."""
     return "k" + _digest(tenant_id, owner, memory_id)
+
+
+def promoted_memory_id(tenant_id: str, space_owner: str, user_id: str, memory_id: str) -> str:
+    """Id of a memory's copy promoted into a space: promoting it again finds the same copy."""
+    return "p" + _digest(tenant_id, space_owner, user_id, memory_id)
+
+
+def pseudonym(tenant_id: str, user_id: str) -> str:
+    """What a forgotten user's id becomes in the provenance of copies kept in spaces: the same for
+    every copy of one user (a team can still tell that two came from one person), and not the id."""
+    return "forgotten-" + hashlib.sha256(f"memserve forgotten\x1f{tenant_id}\x1f{user_id}".encode()).hexdigest()[:16]

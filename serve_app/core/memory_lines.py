@@ -39,15 +39,19 @@ class MemoryItem(NamedTuple):
     """A passage: the turn's role."""
     body: str = ""
     """A passage: its text alone."""
+    space: str = ""
+    """The memory space it was recalled from ("": the user's own): its group's header names it."""
 
     @property
-    def group(self) -> tuple[str, str]:
-        return (self.day, self.session)
+    def group(self) -> tuple[str, str, str]:
+        return (self.day, self.space, self.session)
 
 
-def passage_item(speaker: str, body: str, day: str, session: str, seq: int, part: int, parts: int) -> MemoryItem:
+def passage_item(
+    speaker: str, body: str, day: str, session: str, seq: int, part: int, parts: int, space: str = ""
+) -> MemoryItem:
     """A passage as the prompt shows it when it is quoted alone."""
-    return MemoryItem(quote(speaker, [(part, body)], parts), day, session, seq, "turn", part, parts, speaker, body)
+    return MemoryItem(quote(speaker, [(part, body)], parts), day, session, seq, "turn", part, parts, speaker, body, space)
 
 
 def quote(speaker: str, passages: Sequence[tuple[int, str]], parts: int) -> str:
@@ -91,8 +95,8 @@ def said_key(item: MemoryItem) -> str:
     return duplicate_key(item.text)
 
 
-def group_header(day: str) -> str:
-    return f"\n[{day}]"
+def group_header(day: str, space: str = "") -> str:
+    return f"\n[{day}, space {space}]" if space else f"\n[{day}]"
 
 
 def item_line(item: MemoryItem) -> str:
@@ -103,11 +107,18 @@ def bullet(text: str) -> str:
     return f"\n- {text}"
 
 
-_TIMELINE_ORDER = itemgetter(1, 2, 3, 5)  # day, session, seq, part
+_TIMELINE_ORDER = itemgetter(1, 9, 2, 3, 5)  # day, space, session, seq, part
 
 
 def _same_turn(a: MemoryItem, b: MemoryItem) -> bool:
-    return bool(a.part) and (a.day, a.session, a.seq, a.parts, a.speaker) == (b.day, b.session, b.seq, b.parts, b.speaker)
+    return bool(a.part) and (a.day, a.space, a.session, a.seq, a.parts, a.speaker) == (
+        b.day,
+        b.space,
+        b.session,
+        b.seq,
+        b.parts,
+        b.speaker,
+    )
 
 
 def render(items: Sequence[MemoryItem]) -> str:
@@ -130,7 +141,7 @@ def render(items: Sequence[MemoryItem]) -> str:
                 text = quote(item.speaker, [(p.part, p.body) for p in chosen], item.parts)
         if item.group != group:
             group, follows_from = item.group, None
-            parts.append(group_header(item.day))
+            parts.append(group_header(item.day, item.space))
         parts.append(f"\n  {text}" if item.kind == "turn" and follows_from == ("turn", item.seq - 1) else bullet(text))
         follows_from = (item.kind, item.seq)
         i += run

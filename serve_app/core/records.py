@@ -44,6 +44,14 @@ class MemoryRow:
     """Normalized keyword text (`core.keywords.memory_keywords`); empty = the text's own terms."""
     context: tuple[str, ...] = ()
     """The turns just before a turn memory, as its keyword text carries them (kept for re-analysis)."""
+    agent_id: str | None = None
+    """Provenance (PostgreSQL only): the agent that wrote it, from the request."""
+    added_by: str | None = None
+    """Provenance: the key that added it directly or promoted it (as the audit log names keys)."""
+    origin_user: str | None = None
+    """A copy promoted into a space: the user it came from (forgetting that user removes it)."""
+    origin_memory: str | None = None
+    """A copy promoted into a space: the memory it was copied from."""
 
 
 @dataclass
@@ -58,6 +66,12 @@ class Hit:
     created_at_ms: int
     coverage: float | None = None
     """Keyword hits: the share of the query's idf weight the memory's terms match (0-1)."""
+    owner: str = ""
+    """Where it was recalled from when a search reads spaces too: its owner id (core.spaces)."""
+    agent_id: str | None = None
+    added_by: str | None = None
+    origin_user: str | None = None
+    origin_memory: str | None = None
 
     @cached_property
     def place(self) -> tuple[int, int] | None:

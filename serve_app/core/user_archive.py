@@ -74,6 +74,10 @@ class MemoryLine(_Line):
     seq: int = Field(0, ge=0)
     created_at: datetime | None = None
     vector: list[float] | None = Field(None, max_length=4096, description="Its stored vector, when the export asked for them.")
+    agent_id: str | None = Field(None, max_length=128)
+    added_by: str | None = Field(None, max_length=128)
+    origin_user: str | None = Field(None, max_length=128)
+    origin_memory: str | None = Field(None, max_length=256)
 
 
 class FactLine(_Line):
@@ -85,6 +89,9 @@ class FactLine(_Line):
     source_seqs: list[int] = Field(default_factory=list)
     valid_from: datetime
     valid_to: datetime | None = None
+    agent_id: str | None = Field(None, max_length=128)
+    added_by: str | None = Field(None, max_length=128)
+    origin_user: str | None = Field(None, max_length=128)
 
 
 class End(_Line):

@@ -16,6 +16,7 @@ from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.clock import iso_day
 from serve_app.core.memory_lines import MemoryItem, passage_item
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, clip_utf8
+from serve_app.core.spaces import space_of
 from serve_app.core.standing import STANDING_CATEGORIES, bears_on, key_words
 from serve_app.errors import SessionOwnerError
 from serve_app.runtime import tracing
@@ -31,9 +32,11 @@ logger = logging.getLogger("ray.serve")
 
 def memory_item(hit: Hit) -> MemoryItem:
     day = iso_day(hit.created_at_ms) if hit.created_at_ms else "undated"
+    space = space_of(hit.owner) or "" if hit.owner else ""
     if (place := hit.place) is not None:
-        return passage_item(hit.role, hit.text, day, hit.session_id, hit.seq, *place)
-    return MemoryItem(f"{hit.role}: {hit.text}" if hit.kind == "turn" else hit.text, day, hit.session_id, hit.seq, hit.kind)
+        return passage_item(hit.role, hit.text, day, hit.session_id, hit.seq, *place, space)
+    text = f"{hit.role}: {hit.text}" if hit.kind == "turn" else hit.text
+    return MemoryItem(text, day, hit.session_id, hit.seq, hit.kind, space=space)
 
 
 def _said_in(hit: Hit, history: dict[int, str]) -> bool:
@@ -44,13 +47,14 @@ def _said_in(hit: Hit, history: dict[int, str]) -> bool:
     return hit.text in said if hit.place is not None else hit.text == clip_utf8(said, MAX_TEXT_BYTES)
 
 
-def fact_line(fact: Fact) -> str:
-    return f"{fact.key} ({fact.category}): {fact.value}"
+def fact_line(fact: Fact, space: str = "") -> str:
+    """A fact as the prompt shows it; a space's names the space."""
+    return f"{f'[space {space}] ' if space else ''}{fact.key} ({fact.category}): {fact.value}"
 
 
-def standing_line(fact: Fact) -> str:
+def standing_line(fact: Fact, space: str = "") -> str:
     """A standing rule as the prompt shows it: dated, so that of two that disagree the later is known."""
-    return f"[{fact.valid_from.astimezone(UTC).date().isoformat()}] {fact.value}"
+    return f"[{fact.valid_from.astimezone(UTC).date().isoformat()}{f', space {space}' if space else ''}] {fact.value}"
 
 
 def split_standing(facts: Sequence[Fact], query: str) -> tuple[list[Fact], list[Fact]]:
@@ -72,11 +76,13 @@ async def build_working_memory(
     pending_turns: Sequence[dict[str, Any]] = (),
     tools: Sequence[dict[str, Any]] = (),
     history_upto: int | None = None,
+    shared: Sequence[str] = (),
 ) -> ContextResponse:
     """The prompt for the next call and what went into it, section by section. `pending_turns`: a
     chat call's own turns, after the log's; `history_upto`: the log's last seq that call saw (turns
     that other calls append meanwhile stay out of its prompt, which ends with its own newest turn);
-    `tools`: a chat call's tool definitions, which take room in the prompt."""
+    `tools`: a chat call's tool definitions, which take room in the prompt; `shared`: the owner ids
+    of the spaces the caller may read and named (services.spaces.readable)."""
     attributes = {
         "memory.operation": "context",
         "memory.tenant": tenant,
@@ -84,7 +90,7 @@ async def build_working_memory(
         "memory.session": req.session_id,
     }
     with tracing.span("memory.context", attributes=attributes) as span:
-        response = await _build(deps, tenant, req, pending_turns, tools, history_upto)
+        response = await _build(deps, tenant, req, pending_turns, tools, history_upto, shared)
         if span.is_recording():
             span.set_attributes(
                 {
@@ -106,11 +112,14 @@ async def _build(
     pending_turns: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     history_upto: int | None,
+    shared: Sequence[str] = (),
 ) -> ContextResponse:
     stores, settings = deps.stores, deps.settings
     degraded: list[str] = []
     top_k = settings.recall_top_k if req.top_k is None else req.top_k
     min_score = settings.recall_min_score if req.min_score is None else req.min_score
+
+    fact_space: dict[int, str] = {}  # id of a space's fact -> its space
 
     async def session_part():
         meta = await stores.log.meta(tenant, req.session_id)
@@ -137,6 +146,7 @@ async def _build(
                 settings=settings,
                 min_score=min_score,
                 observe_ms=deps.observe_recall("context", tenant),
+                shared=shared,
             )
         except Exception as exc:
             logger.warning("recall unavailable: %r", exc)
@@ -147,7 +157,12 @@ async def _build(
 
     async def facts_part() -> list[Fact]:
         try:
-            return await stores.facts.current(tenant, req.user_id)
+            if not shared:
+                return await stores.facts.current(tenant, req.user_id)
+            found = await asyncio.gather(*(stores.facts.current(tenant, owner) for owner in [req.user_id, *shared]))
+            for owner, owned in zip(shared, found[1:], strict=True):
+                fact_space.update((id(f), space_of(owner) or "") for f in owned)
+            return [f for owned in found for f in owned]
         except Exception as exc:
             logger.warning("facts unavailable: %r", exc)
             degraded.append("facts_unavailable")
@@ -173,11 +188,11 @@ async def _build(
             reserve_output=req.reserve_output,
             summary=meta.summary if meta and meta.summary else None,
             turns=[*turns, *pending_turns],
-            facts=[fact_line(f) for f in facts],
+            facts=[fact_line(f, fact_space.get(id(f), "")) for f in facts],
             memories=[memory_item(h) for h in hits],
             tool_results=[r.model_dump() for r in req.tool_results],
             tools=tools,
-            standing=[standing_line(f) for f in standing],
+            standing=[standing_line(f, fact_space.get(id(f), "")) for f in standing],
             standing_share=settings.context_standing_share,
             standing_said=[f.value for f in standing],
         )
@@ -201,8 +216,8 @@ async def _build(
             },
         ),
         recalled=hits_out([hits[i] for i in result.memories_used]),
-        facts=[fact_out(f) for f in facts[: result.facts_used]],
-        standing=[fact_out(f) for f in standing[: result.standing_used]],
+        facts=[fact_out(f, fact_space.get(id(f))) for f in facts[: result.facts_used]],
+        standing=[fact_out(f, fact_space.get(id(f))) for f in standing[: result.standing_used]],
         summary_included=result.sections["summary"].tokens > 0,
         included_seqs=result.included_seqs,
         degraded=degraded,

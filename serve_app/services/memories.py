@@ -13,10 +13,11 @@ from serve_app.core.clock import datetime_to_ms, ms_to_datetime
 from serve_app.core.ids import direct_memory_id
 from serve_app.core.ranking import Verdict
 from serve_app.core.records import Hit
+from serve_app.core.spaces import space_of
 from serve_app.errors import InvalidRequest, MemoryNotFound
 from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memory_writes import DIRECT, delete_memories, memory_row, save_memories
+from serve_app.services.memory_writes import DIRECT, Provenance, delete_memories, memory_row, save_memories
 from serve_app.services.quota import check_memory_quota
 from serve_app.services.recall import Recall, fusion_params, recall
 from serve_app.stores.vectors import MAX_RESULT_WINDOW
@@ -43,6 +44,8 @@ def hits_out(hits: Sequence[Hit]) -> list[schemas.SearchHit]:
                 "seq": hit.seq,
                 "created_at": ms_to_datetime(hit.created_at_ms),
                 "kind": hit.kind,
+                "space": space_of(hit.owner) if hit.owner else None,
+                "agent_id": hit.agent_id,
                 **_place(hit),
             }
             for hit in hits
@@ -59,11 +62,18 @@ def memory_out(hit: Hit) -> schemas.MemoryOut:
         role=hit.role,
         kind=hit.kind,
         created_at=ms_to_datetime(hit.created_at_ms),
+        agent_id=hit.agent_id,
+        added_by=hit.added_by,
+        origin_user=hit.origin_user,
+        origin_memory=hit.origin_memory,
     )
 
 
-async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schemas.MemoryIn) -> schemas.MemoryOut:
-    """A memory stated directly (not memorized from a turn); the same text added twice is stored once."""
+async def add_memory(
+    deps: Dependencies, tenant: str, user_id: str, body: schemas.MemoryIn, *, added_by: str | None = None
+) -> schemas.MemoryOut:
+    """A memory stated directly (not memorized from a turn); the same text added twice is stored once.
+    `user_id` is an owner id: a user's, or a space's (core.spaces) once its quota was checked."""
     await check_memory_quota(deps, tenant, 1)
     created = body.created_at or datetime.now(UTC)
     memory_id = body.id or direct_memory_id(tenant, user_id, body.text)
@@ -75,9 +85,20 @@ async def add_memory(deps: Dependencies, tenant: str, user_id: str, body: schema
         text=body.text,
         created_at_ms=datetime_to_ms(created),
         vector=(await deps.embed_documents([body.text]))[0],
+        provenance=Provenance(agent_id=body.agent_id, added_by=added_by),
     )
     await save_memories(deps.stores, [row])
-    return schemas.MemoryOut(id=memory_id, text=body.text, session_id="", seq=0, role=DIRECT, kind=DIRECT, created_at=created)
+    return schemas.MemoryOut(
+        id=memory_id,
+        text=body.text,
+        session_id="",
+        seq=0,
+        role=DIRECT,
+        kind=DIRECT,
+        created_at=created,
+        agent_id=body.agent_id,
+        added_by=added_by,
+    )
 
 
 async def list_memories(deps: Dependencies, tenant: str, user_id: str, *, limit: int, offset: int) -> list[schemas.MemoryOut]:
@@ -106,11 +127,14 @@ async def delete_memory(deps: Dependencies, tenant: str, user_id: str, memory_id
 
 
 async def search_memories(
-    deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest
+    deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest, shared: Sequence[str] = ()
 ) -> list[schemas.SearchHit] | schemas.SearchExplained:
+    """`shared`: owner ids of the granted spaces searched beside the user's memories."""
     attributes = {"memory.operation": "search", "memory.tenant": tenant, "memory.user": user_id}
+    if shared:
+        attributes["memory.spaces"] = [space_of(owner) or owner for owner in shared]
     with tracing.span("memory.search", attributes=attributes) as span:
-        found = await _search(deps, tenant, user_id, body)
+        found = await _search(deps, tenant, user_id, body, shared)
         if span.is_recording():
             span.set_attributes({"memory.recalled": len(found.hits), "memory.degraded": found.degraded})
     hits = hits_out(found.hits)
@@ -129,7 +153,7 @@ async def search_memories(
     )
 
 
-async def _search(deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest) -> Recall:
+async def _search(deps: Dependencies, tenant: str, user_id: str, body: schemas.SearchRequest, shared: Sequence[str]) -> Recall:
     return await recall(
         deps.stores,
         deps.embed_one,
@@ -142,6 +166,7 @@ async def _search(deps: Dependencies, tenant: str, user_id: str, body: schemas.S
         # An explained search judges and fetches every candidate: not what a search costs.
         observe_ms=None if body.explain else deps.observe_recall("search", tenant),
         explained=body.explain,
+        shared=shared,
     )
 
 
@@ -164,4 +189,6 @@ def explained_hit(verdict: Verdict, hit: Hit) -> schemas.ExplainedHit:
         keyword_rank=verdict.keyword_rank,
         keyword_coverage=None if verdict.coverage is None else round(verdict.coverage, 6),
         in_timeframe=fused.in_timeframe,
+        space=space_of(hit.owner) if hit.owner else None,
+        agent_id=hit.agent_id,
     )

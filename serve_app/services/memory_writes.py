@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from serve_app.core.clock import ms_to_datetime
 from serve_app.core.keywords import memory_keywords
@@ -20,6 +21,15 @@ from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
 DIRECT = "memory"  # role and kind of a memory added directly, not memorized from a turn
+
+
+class Provenance(NamedTuple):
+    """Who wrote a memory and where a promoted copy came from (PostgreSQL keeps it)."""
+
+    agent_id: str | None = None
+    added_by: str | None = None
+    origin_user: str | None = None
+    origin_memory: str | None = None
 
 
 def memory_row(
@@ -36,6 +46,7 @@ def memory_row(
     role: str = DIRECT,
     kind: str = DIRECT,
     before: Sequence[str] = (),
+    provenance: Provenance | None = None,
 ) -> MemoryRow:
     """A memory as both indexes store it; `before` are the turns that precede a turn memory (its
     keyword text carries them, so a short reply is found through what it answers)."""
@@ -53,6 +64,7 @@ def memory_row(
         vector=vector,
         keywords=memory_keywords(text, before=before, day=day, weight=settings.recall_keyword_self_weight),
         context=tuple(before),
+        **(provenance._asdict() if provenance else {}),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -62,20 +62,32 @@ async def recall(
     min_score: float | None = None,
     observe_ms: Callable[[float], None] | None = None,
     explained: bool = False,
+    shared: Sequence[str] = (),
 ) -> Recall:
     """The best `top_k` memories, each scored by fusion; `observe_ms` gets the time it took.
-    `explained` also judges every candidate (`Recall.verdicts`): the same floors, the same order."""
+    `explained` also judges every candidate (`Recall.verdicts`): the same floors, the same order.
+    `shared`: owner ids of spaces (core.spaces) read beside the user's own memories, already
+    granted: every store query is scoped to exactly these owners, and each hit names its owner."""
     if top_k <= 0 or not query.strip():
         return Recall([])
     started = time.perf_counter()
     candidates = max(settings.recall_candidates, top_k)
     terms = normalize(query) if settings.recall_hybrid else ""
-    keyword_task = asyncio.create_task(stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
+    owners = [user, *shared]
+    keyword_search = _keyword_of_owners(stores, tenant, owners, terms, candidates) if shared else None
+    keyword_task = (
+        asyncio.create_task(keyword_search or stores.keywords.search(tenant, user, terms, limit=candidates)) if terms else None
+    )
+    owner_of: dict[str, str] = {}
 
     async def dense_side() -> list[tuple[str, float, int]]:
         with tracing.span("memory.embed_query"):
             vector = await embed_one(query)
-        return await stores.vectors.search_dense_ids(tenant, user, vector, limit=candidates)
+        if not shared:
+            return await stores.vectors.search_dense_ids(tenant, user, vector, limit=candidates)
+        found = await stores.vectors.search_dense_ids_of(tenant, owners, vector, limit=candidates)
+        owner_of.update((memory_id, owner) for memory_id, _, _, owner in found)
+        return [(memory_id, similarity, created) for memory_id, similarity, created, _ in found]
 
     degraded: list[str] = []
     dense: list[tuple[str, float, int]] = []
@@ -111,7 +123,16 @@ async def recall(
     details = {h.id: h for h in keyword}
     wanted = [v.fused.id for v in verdicts] if explained else [f.id for f in fused]
     missing = [i for i in wanted if i not in details]
-    details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
+    if shared:
+        by_owner: dict[str, list[str]] = {}
+        for memory_id in missing:
+            by_owner.setdefault(owner_of.get(memory_id, user), []).append(memory_id)
+        for owner, ids in by_owner.items():
+            for hit in await _details(stores, tenant, owner, ids):
+                hit.owner = owner
+                details[hit.id] = hit
+    else:
+        details |= {h.id: h for h in await _details(stores, tenant, user, missing)}
     if settings.recall_rerank:
         # A memory deleted between the search and the fetch is simply left out.
         ranked = rerank([f for f in fused if f.id in details], dense_scored, keyword_scored, details, settings.rerank_model())
@@ -129,6 +150,19 @@ async def recall(
             hits.append(hit)
     judged = [(v, details[v.fused.id]) for v in verdicts if v.fused.id in details]
     return Recall(hits, degraded, judged)
+
+
+async def _keyword_of_owners(stores: Stores, tenant: str, owners: list[str], terms: str, limit: int) -> list[Hit]:
+    """The keyword candidates of several owners: each owner's BM25 over its own statistics (as a
+    search of that owner alone scores it), merged best first. Each hit names its owner."""
+    found = await asyncio.gather(*(stores.keywords.search(tenant, owner, terms, limit=limit) for owner in owners))
+    merged = []
+    for owner, hits in zip(owners, found, strict=True):
+        for hit in hits:
+            hit.owner = owner
+            merged.append(hit)
+    merged.sort(key=lambda h: (-h.score, h.id))
+    return merged[:limit]
 
 
 async def _details(stores: Stores, tenant: str, user: str, ids: list[str]) -> list[Hit]:

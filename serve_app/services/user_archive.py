@@ -52,7 +52,7 @@ from serve_app.encoding import DOCUMENT_EMBEDDING
 from serve_app.errors import Conflict, InvalidRequest, SessionOwnerError
 from serve_app.services.audit import record
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memory_writes import DIRECT, memory_row, save_memories
+from serve_app.services.memory_writes import DIRECT, Provenance, memory_row, save_memories
 from serve_app.services.quota import check_memory_quota
 from serve_app.stores.facts import Fact
 
@@ -76,6 +76,7 @@ class _Memory(NamedTuple):
     """Its keyword context: a copied passage is indexed with the passage before it, as the memorizer did."""
     vector: list[float] | None = None
     """The archive's vector, taken when the archive was made under this service's embedding."""
+    provenance: Provenance | None = None
 
 
 def embedding_model(model_path: str) -> str:
@@ -136,6 +137,10 @@ async def export_lines(deps: Dependencies, tenant: str, user: str, *, vectors: b
                     seq=hit.seq,
                     created_at=ms_to_datetime(hit.created_at_ms) if hit.created_at_ms else None,
                     vector=_exact(stored[hit.id]) if hit.id in stored else None,
+                    agent_id=hit.agent_id,
+                    added_by=hit.added_by,
+                    origin_user=hit.origin_user,
+                    origin_memory=hit.origin_memory,
                 )
             )
         counts["memories"] += len(page)
@@ -310,7 +315,8 @@ async def _copy_memories(deps: Dependencies, tenant: str, user: str, memories: l
 
     rows = [
         _Memory(_copied_id(tenant, user, m), m.text, m.kind, m.role, m.session_id, m.seq,
-                datetime_to_ms(m.created_at) if m.created_at else 0, before(m), m.vector if same else None)
+                datetime_to_ms(m.created_at) if m.created_at else 0, before(m), m.vector if same else None,
+                Provenance(m.agent_id, m.added_by, m.origin_user, m.origin_memory))
         for m in memories
     ]  # fmt: skip
     held: set[str] = set()
@@ -344,6 +350,7 @@ async def _write(deps: Dependencies, tenant: str, user: str, rows: list[_Memory]
                 role=m.role,
                 kind=m.kind,
                 before=m.before if deps.settings.recall_keyword_context_turns else (),
+                provenance=m.provenance,
             )
             for m, vector in zip(chunk, vectors, strict=True)
         ]
@@ -360,4 +367,7 @@ def _fact(line: FactLine) -> Fact:
         source_seqs=line.source_seqs,
         valid_from=line.valid_from,
         valid_to=line.valid_to,
+        agent_id=line.agent_id,
+        added_by=line.added_by,
+        origin_user=line.origin_user,
     )

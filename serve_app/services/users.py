@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from serve_app import schemas
+from serve_app.core.ids import pseudonym
 from serve_app.errors import FactNotFound
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memory_writes import delete_memories
@@ -10,8 +11,8 @@ from serve_app.stores.bundle import Stores
 from serve_app.stores.facts import Fact
 
 
-def fact_out(fact: Fact) -> schemas.FactOut:
-    return schemas.FactOut(**fact.__dict__)
+def fact_out(fact: Fact, space: str | None = None) -> schemas.FactOut:
+    return schemas.FactOut(**fact.__dict__, space=space)
 
 
 async def current_facts(deps: Dependencies, tenant: str, user_id: str) -> list[schemas.FactOut]:
@@ -25,10 +26,20 @@ async def get_fact(deps: Dependencies, tenant: str, user_id: str, key: str) -> s
     return fact_out(fact)
 
 
-async def put_fact(deps: Dependencies, tenant: str, user_id: str, key: str, body: schemas.FactIn) -> schemas.FactWrite:
+async def put_fact(
+    deps: Dependencies, tenant: str, user_id: str, key: str, body: schemas.FactIn, *, added_by: str | None = None
+) -> schemas.FactWrite:
     """Make the value current; the previous one is closed, not erased (same value: no new row)."""
     fact, changed = await deps.stores.facts.put(
-        tenant, user_id, key, body.value, body.category, source_session=body.source_session, source_seqs=body.source_seqs
+        tenant,
+        user_id,
+        key,
+        body.value,
+        body.category,
+        source_session=body.source_session,
+        source_seqs=body.source_seqs,
+        agent_id=body.agent_id,
+        added_by=added_by,
     )
     return schemas.FactWrite(fact=fact_out(fact), changed=changed)
 
@@ -65,4 +76,23 @@ async def forget_user(stores: Stores, tenant: str, user: str) -> dict[str, int]:
 
 async def forget(deps: Dependencies, tenant: str, user_id: str) -> schemas.Deleted:
     removed = await forget_user(deps.stores, tenant, user_id)
+    removed |= await forget_promoted(deps.stores, tenant, user_id, deps.settings.forget_promoted)
     return schemas.Deleted(deleted=any(removed.values()), details=removed)
+
+
+async def forget_promoted(stores: Stores, tenant: str, user: str, how: str) -> dict[str, int]:
+    """What forgetting a user does to the copies promoted from the user's memory into spaces:
+    `delete` removes them (the default: the user's words leave with the user), `pseudonymise`
+    keeps them for the team with the user's id in their provenance replaced by a pseudonym."""
+    if how == "pseudonymise":
+        alias = pseudonym(tenant, user)
+        return {
+            "promoted_pseudonymised": await stores.keywords.pseudonymise(tenant, user, alias)
+            + await stores.facts.pseudonymise(tenant, user, alias)
+        }
+    removed = {"promoted_memories": 0, "promoted_facts": 0}
+    for owner, memory_id in await stores.keywords.promoted_from(tenant, user):
+        counts = await delete_memories(stores, tenant, user=owner, memory_id=memory_id)
+        removed["promoted_memories"] += int(counts["keywords"] > 0 or counts["vectors"] > 0)
+    removed["promoted_facts"] = await stores.facts.forget_promoted(tenant, user)
+    return removed

@@ -18,6 +18,7 @@ from serve_app.stores.keyword_index import KeywordIndex
 from serve_app.stores.pg_pool import session_lock
 from serve_app.stores.rate_limit import RateLimiter
 from serve_app.stores.session_log import SessionLog
+from serve_app.stores.spaces import SpaceStore
 from serve_app.stores.vectors import VectorStore
 
 MILVUS_RELOADS_KEY = "ms:milvus:reloads"
@@ -32,6 +33,7 @@ class Stores:
     rate_limits: RateLimiter
     audit: AuditLog
     chats: ChatCalls
+    spaces: SpaceStore
 
     @classmethod
     async def connect(cls, settings: Settings, redis_observer: ConfirmObserver | None = None) -> Stores:
@@ -69,6 +71,7 @@ class Stores:
             rate_limits=RateLimiter(log.redis),
             audit=AuditLog(facts.pool),
             chats=ChatCalls(log.redis, settings.chat_retry_window_s),
+            spaces=SpaceStore(facts.pool),
         )
 
     async def milvus_reloads(self) -> int:

@@ -27,6 +27,9 @@ class Fact:
     source_seqs: list[int]
     valid_from: datetime
     valid_to: datetime | None
+    agent_id: str | None = None
+    added_by: str | None = None
+    origin_user: str | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Fact:
@@ -38,10 +41,13 @@ class Fact:
             source_seqs=list(row["source_seqs"]),
             valid_from=row["valid_from"],
             valid_to=row["valid_to"],
+            agent_id=row.get("agent_id"),
+            added_by=row.get("added_by"),
+            origin_user=row.get("origin_user"),
         )
 
 
-_COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to"
+_COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to, agent_id, added_by, origin_user"
 
 
 @traced_store("postgresql")
@@ -97,6 +103,9 @@ class FactStore:
         *,
         source_session: str | None = None,
         source_seqs: list[int] | None = None,
+        agent_id: str | None = None,
+        added_by: str | None = None,
+        origin_user: str | None = None,
     ) -> tuple[Fact, bool]:
         """Make `value` current, closing the previous row; (fact, changed). Same value = no new row."""
         if category not in FACT_CATEGORIES:
@@ -115,8 +124,8 @@ class FactStore:
             if row:
                 await conn.execute("UPDATE facts SET valid_to = clock_timestamp() WHERE id = $1", row["id"])
             new = await conn.fetchrow(
-                "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs)"
-                f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}",
+                "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs,"
+                f" agent_id, added_by, origin_user) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}",
                 tenant,
                 user,
                 key,
@@ -124,6 +133,9 @@ class FactStore:
                 category,
                 source_session,
                 source_seqs or [],
+                agent_id,
+                added_by,
+                origin_user,
             )
             return Fact.from_row(new), True
 
@@ -170,7 +182,8 @@ class FactStore:
                         valid_to = open_row["valid_from"]
                 await conn.execute(
                     "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs,"
-                    " valid_from, valid_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    " valid_from, valid_to, agent_id, added_by, origin_user)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                     tenant,
                     user,
                     fact.key,
@@ -180,6 +193,9 @@ class FactStore:
                     fact.source_seqs,
                     fact.valid_from,
                     valid_to,
+                    fact.agent_id,
+                    fact.added_by,
+                    fact.origin_user,
                 )
                 added += 1
         return added
@@ -197,4 +213,16 @@ class FactStore:
     async def forget(self, tenant: str, user: str) -> int:
         """Erase every row of the user, history included (right to be forgotten); returns the count."""
         status = await self.pool.execute("DELETE FROM facts WHERE tenant_id=$1 AND user_id=$2", tenant, user)
+        return int(status.split()[-1])
+
+    async def forget_promoted(self, tenant: str, user: str) -> int:
+        """Erase the rows promoted from the user's facts into spaces; returns the count."""
+        status = await self.pool.execute("DELETE FROM facts WHERE tenant_id=$1 AND origin_user=$2", tenant, user)
+        return int(status.split()[-1])
+
+    async def pseudonymise(self, tenant: str, user: str, alias: str) -> int:
+        """Name the user by `alias` in the provenance of the rows promoted from its facts."""
+        status = await self.pool.execute(
+            "UPDATE facts SET origin_user = $3 WHERE tenant_id=$1 AND origin_user=$2", tenant, user, alias
+        )
         return int(status.split()[-1])

@@ -55,6 +55,7 @@ WITH stats AS (
     LIMIT $4
 )
 SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score, sc.matched_idf,
+       k.agent_id, k.added_by, k.origin_user, k.origin_memory,
        (SELECT sum(idf) FROM terms) AS present_idf, (SELECT count(*) FROM terms)::int AS present, s.n
 FROM scored sc
 CROSS JOIN stats s
@@ -86,13 +87,18 @@ class KeywordIndex:
                     """
                     INSERT INTO memory_keywords
                         (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length,
-                         analysis, context, embedding, vector_keys)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                         analysis, context, embedding, vector_keys, agent_id, added_by, origin_user, origin_memory)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
                     ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
                         session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
                         kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
                         length = EXCLUDED.length, analysis = EXCLUDED.analysis, context = EXCLUDED.context,
-                        embedding = EXCLUDED.embedding, vector_keys = EXCLUDED.vector_keys
+                        embedding = EXCLUDED.embedding, vector_keys = EXCLUDED.vector_keys,
+                        -- a re-index or repair writes rows without provenance: what was recorded stays
+                        agent_id = coalesce(EXCLUDED.agent_id, memory_keywords.agent_id),
+                        added_by = coalesce(EXCLUDED.added_by, memory_keywords.added_by),
+                        origin_user = coalesce(EXCLUDED.origin_user, memory_keywords.origin_user),
+                        origin_memory = coalesce(EXCLUDED.origin_memory, memory_keywords.origin_memory)
                     """,
                     [
                         (
@@ -110,6 +116,10 @@ class KeywordIndex:
                             list(r.context),
                             DOCUMENT_EMBEDDING,
                             VECTOR_KEYS,
+                            r.agent_id,
+                            r.added_by,
+                            r.origin_user,
+                            r.origin_memory,
                         )
                         for r in group
                     ],  # fmt: skip
@@ -257,6 +267,22 @@ class KeywordIndex:
         first = rows[0]
         query_idf = first["present_idf"] + (len(unique) - first["present"]) * idf(0.0, first["n"])
         return [_hit(r, r["matched_idf"] / query_idf if query_idf > 0 else 0.0) for r in rows]
+
+    async def promoted_from(self, tenant: str, user: str) -> list[tuple[str, str]]:
+        """(owner, memory id) of every copy promoted from the user's memory into a space."""
+        rows = await self.pool.fetch(
+            "SELECT user_id, memory_id FROM memory_keywords WHERE tenant_id = $1 AND origin_user = $2 ORDER BY 1, 2",
+            tenant,
+            user,
+        )
+        return [(r["user_id"], r["memory_id"]) for r in rows]
+
+    async def pseudonymise(self, tenant: str, user: str, alias: str) -> int:
+        """Name the user by `alias` in the provenance of the copies promoted from its memory."""
+        status = await self.pool.execute(
+            "UPDATE memory_keywords SET origin_user = $3 WHERE tenant_id = $1 AND origin_user = $2", tenant, user, alias
+        )
+        return int(status.split()[-1])
 
     async def users(self) -> list[tuple[str, str]]:
         """Every (tenant, user) with a memory."""
@@ -446,7 +472,10 @@ async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, gr
     return lengths
 
 
-_HIT_COLUMNS = "memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score"
+_HIT_COLUMNS = (
+    "memory_id, session_id, seq, role, kind, text, created_at, 0.0::float8 AS score,"
+    " agent_id, added_by, origin_user, origin_memory"
+)
 """A memory as `_hit` reads it, by id (score 0)."""
 
 
@@ -461,4 +490,8 @@ def _hit(row: asyncpg.Record, coverage: float | None = None) -> Hit:
         kind=row["kind"],
         created_at_ms=int(row["created_at"]),
         coverage=coverage,
+        agent_id=row.get("agent_id"),
+        added_by=row.get("added_by"),
+        origin_user=row.get("origin_user"),
+        origin_memory=row.get("origin_memory"),
     )

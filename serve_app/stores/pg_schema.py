@@ -214,6 +214,39 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             CHECK (category IN ('preference', 'fact', 'decision', 'task', 'instruction'));
         """,
     ),
+    (
+        10,
+        """
+        -- Memory spaces (core.spaces): a tenant's shared memory, and each key's grant on it. A key is
+        -- named as the audit log names it (core.auth.Caller.actor).
+        CREATE TABLE spaces (
+            tenant_id      TEXT NOT NULL,
+            space_id       TEXT NOT NULL,
+            quota_memories INT NOT NULL DEFAULT 0,
+            created_by     TEXT NOT NULL,
+            created_at     TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (tenant_id, space_id)
+        );
+        CREATE TABLE space_grants (
+            tenant_id  TEXT NOT NULL,
+            space_id   TEXT NOT NULL,
+            principal  TEXT NOT NULL,
+            role       TEXT NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+            granted_by TEXT NOT NULL,
+            granted_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (tenant_id, space_id, principal),
+            FOREIGN KEY (tenant_id, space_id) REFERENCES spaces ON DELETE CASCADE
+        );
+        CREATE INDEX space_grants_principal ON space_grants (tenant_id, principal);
+        -- Provenance: the agent that wrote a memory or fact, the key that added it, and for a copy
+        -- promoted into a space the user and memory it came from (forgetting that user finds it).
+        ALTER TABLE memory_keywords ADD COLUMN agent_id TEXT, ADD COLUMN added_by TEXT,
+            ADD COLUMN origin_user TEXT, ADD COLUMN origin_memory TEXT;
+        CREATE INDEX memory_keywords_origin ON memory_keywords (tenant_id, origin_user) WHERE origin_user IS NOT NULL;
+        ALTER TABLE facts ADD COLUMN agent_id TEXT, ADD COLUMN added_by TEXT, ADD COLUMN origin_user TEXT;
+        CREATE INDEX facts_origin ON facts (tenant_id, origin_user) WHERE origin_user IS NOT NULL;
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

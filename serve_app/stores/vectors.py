@@ -304,14 +304,15 @@ class VectorStore:
             gone |= await self._missing(partition, wanted[start : start + chunk], FRESH)
         return {keys[key] for key in gone}
 
-    async def _search(self, tenant: str, user: str, vector: list[float], limit: int, fields: list[str]) -> Any:
+    async def _search(self, tenant: str, user: str | list[str], vector: list[float], limit: int, fields: list[str]) -> Any:
+        owners = user if isinstance(user, list) else [user]
         return await self._loaded(
             lambda: self.client.search(
                 self.collection,
                 data=[vector],
                 anns_field="vector",
                 filter=milvus_filter(tenant_id=tenant, user_id=user),
-                partition_names=[self.partition(tenant, user)],
+                partition_names=sorted({self.partition(tenant, owner) for owner in owners}),
                 limit=limit,
                 output_fields=fields,
                 search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
@@ -334,6 +335,21 @@ class VectorStore:
         for hit in result[0] if result else []:
             entity = hit.get("entity", hit)
             found.append((str(entity["id"]), float(hit.get("distance", hit.get("score", 0.0))), int(entity["created_at"])))
+        return found
+
+    async def search_dense_ids_of(
+        self, tenant: str, owners: list[str], vector: list[float], *, limit: int
+    ) -> list[tuple[str, float, int, str]]:
+        """(id, similarity, created_at ms, owner) over the memories of several owners (a user and the
+        spaces a grant lets it read): one search, filtered to those owners and their partitions."""
+        if limit <= 0 or not owners:
+            return []
+        result = await self._search(tenant, owners, vector, limit, ["id", "created_at", "user_id"])
+        found = []
+        for hit in result[0] if result else []:
+            entity = hit.get("entity", hit)
+            similarity = float(hit.get("distance", hit.get("score", 0.0)))
+            found.append((str(entity["id"]), similarity, int(entity["created_at"]), str(entity["user_id"])))
         return found
 
     async def fetch(self, tenant: str, user: str, ids: list[str]) -> list[Hit]:

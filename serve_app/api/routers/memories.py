@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from serve_app import schemas
 from serve_app.api.params import MemoryId, UserId
 from serve_app.api.state import Deps, Who
-from serve_app.services import memories
+from serve_app.services import memories, spaces
 from serve_app.services.audit import audited
 
 router = APIRouter(tags=["memories"])
@@ -44,5 +44,6 @@ async def search(
     body: schemas.SearchRequest, deps: Deps, who: Who, user_id: str = UserId
 ) -> list[schemas.SearchHit] | schemas.SearchExplained:
     """The hits best first; with `explain`, a SearchExplained: every candidate's scores and why the
-    floors kept or dropped it."""
-    return await memories.search_memories(deps, who.tenant, user_id, body)
+    floors kept or dropped it. `spaces`: memory spaces searched too (read grant on each)."""
+    shared = await spaces.granted_owners(deps, who, body.spaces)
+    return await memories.search_memories(deps, who.tenant, user_id, body, shared)
