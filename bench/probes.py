@@ -37,3 +37,30 @@ def endpoints(sid: str, user: str) -> list[tuple[str, str, dict | None]]:
         ("POST", f"/v1/sessions/{sid}/messages", {"user_id": user, "messages": [{"role": "user", "content": "x"}]}),
         ("DELETE", f"/v1/users/{user}", None),
     ]
+
+
+def space_endpoints(space: str, user: str) -> list[tuple[str, str, dict | None]]:
+    """Every route that reads, writes or names one memory space: (method, path, JSON body). A key
+    without a grant on the space is answered 404 by each (403 where it asks to create one)."""
+    return [
+        ("GET", f"/v1/spaces/{space}", None),
+        ("GET", f"/v1/spaces/{space}/memories", None),
+        ("POST", f"/v1/spaces/{space}/memories/search", {"query": "secret plan"}),
+        ("GET", f"/v1/spaces/{space}/facts", None),
+        ("GET", f"/v1/spaces/{space}/facts/plan/history", None),
+        ("GET", f"/v1/spaces/{space}/grants", None),
+        ("GET", f"/v1/spaces/{space}/export", None),
+        ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "spaces": [space]}),
+        ("POST", f"/v1/users/{user}/memories/search", {"query": "secret plan", "spaces": [space], "explain": True}),
+        ("POST", "/v1/context", {"user_id": user, "session_id": "probe", "query": "secret plan", "spaces": [space]}),
+        ("POST", f"/v1/spaces/{space}/memories", {"text": "injected"}),
+        ("PUT", f"/v1/spaces/{space}/facts/plan", {"value": "overwritten", "category": "fact"}),
+        ("PUT", f"/v1/spaces/{space}/grants/local", {"role": "admin"}),
+        ("POST", f"/v1/users/{user}/memories/m1/promote", {"space": space}),
+        ("POST", f"/v1/users/{user}/facts/plan/promote", {"space": space}),
+        ("DELETE", f"/v1/spaces/{space}/facts/plan", None),
+        ("DELETE", f"/v1/spaces/{space}/memories/m1", None),
+        ("DELETE", f"/v1/spaces/{space}/grants/local", None),
+        ("DELETE", f"/v1/spaces/{space}", None),
+        ("POST", "/v1/spaces", {"space_id": space}),
+    ]

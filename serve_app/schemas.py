@@ -53,7 +53,11 @@ def _within_content_limit(value: str) -> str:
 BoundedText = Annotated[StorableText, AfterValidator(_within_content_limit)]
 Seq = Annotated[int, Field(ge=0, le=MAX_SEQ)]
 SpaceName = Annotated[str, Field(pattern=SPACE_PATTERN, description="A memory space of the caller's tenant.")]
-AgentId = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="The agent that wrote it (provenance).")]
+AgentId = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH)]
+
+
+def _agent() -> Any:
+    return Field(None, description="The agent that writes it (its provenance; optional).")
 
 
 def _spaces(description: str) -> Any:
@@ -349,7 +353,7 @@ class UserSessions(BaseModel):
 
 class FactIn(Strict):
     value: StorableText = Field(min_length=1, max_length=4096, description="The fact's new value.")
-    agent_id: AgentId | None = None
+    agent_id: AgentId | None = _agent()
     category: FactCategory = Field("fact", description="preference, fact, decision, task or instruction (holds from then on).")
     source_session: str | None = Field(None, pattern=ID_PATTERN, description="Session the fact was learnt in.")
     source_seqs: list[Seq] = Field(default_factory=list, max_length=256, description="Seqs of the turns that state it.")
@@ -364,7 +368,7 @@ class MemoryIn(Strict):
     text: StorableText = Field(min_length=1, max_length=8192, description="What to remember, in a sentence or a few.")
     id: str | None = Field(None, pattern=ID_PATTERN, description="Id to store it under; default: one made from the text.")
     created_at: Instant | None = Field(None, description="Naive = UTC; defaults to now.")
-    agent_id: AgentId | None = None
+    agent_id: AgentId | None = _agent()
 
 
 class MemoryOut(BaseModel):
@@ -575,4 +579,4 @@ class GrantOut(BaseModel):
 
 class PromoteIn(Strict):
     space: SpaceName
-    agent_id: AgentId | None = None
+    agent_id: AgentId | None = _agent()

@@ -45,6 +45,7 @@ class Header(_Line):
     exported_at: datetime
     embedding: Embedding
     vectors: bool = Field(False, description="Whether memory lines carry their vectors.")
+    space: bool = Field(False, description="The archive of a memory space, whose name user_id holds.")
 
 
 class SessionLine(_Line):

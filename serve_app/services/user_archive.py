@@ -35,6 +35,7 @@ from serve_app.core.ids import direct_memory_id, imported_memory_id, renamed_ses
 from serve_app.core.passages import passage_id, passage_place, turn_of
 from serve_app.core.records import FACT_CATEGORIES, MemoryRow
 from serve_app.core.session_summaries import SUMMARY_KIND, summary_blocks
+from serve_app.core.spaces import space_of
 from serve_app.core.user_archive import (
     Archive,
     ArchiveError,
@@ -102,7 +103,9 @@ async def export_lines(deps: Dependencies, tenant: str, user: str, *, vectors: b
     and facts a page at a time."""
     stores = deps.stores
     counts = {"sessions": 0, "messages": 0, "memories": 0, "facts": 0}
-    yield dump_line(Header(user_id=user, exported_at=datetime.now(UTC), embedding=our_embedding(deps), vectors=vectors))
+    space = space_of(user)
+    header = Header(user_id=space or user, exported_at=datetime.now(UTC), embedding=our_embedding(deps), vectors=vectors)
+    yield dump_line(header.model_copy(update={"space": True}) if space else header)
     for session in sorted(s for s, _ in await stores.log.user_sessions(tenant, user)):
         meta = await stores.log.meta(tenant, session)
         if meta is None or meta.user_id != user:
