@@ -174,6 +174,12 @@ class AppendRequest(Strict):
     messages: list[MessageIn] = Field(
         min_length=1, max_length=MAX_MESSAGES_PER_REQUEST, description="The new turns, oldest first."
     )
+    agent_id: AgentId | None = _agent()
+    space: SpaceName | None = Field(
+        None,
+        description="Memory space these turns are memorized into instead of the user's own memory (write grant needed); "
+        "the session log stays the user's.",
+    )
 
 
 class AppendResponse(BaseModel):
@@ -207,6 +213,8 @@ class StoredMessage(BaseModel):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    agent_id: str | None = None
+    space: str | None = Field(None, description="The memory space the turn is memorized into; null: the user's own.")
 
 
 class MessagesPage(BaseModel):

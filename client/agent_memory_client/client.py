@@ -118,8 +118,16 @@ class _Endpoints:
         return Call("GET", "/healthz", m.Health)
 
     @staticmethod
-    def append(session_id: str, user_id: str, messages: list[m.MessageIn | dict[str, Any]]) -> Call[m.AppendResponse]:
-        body = m.AppendRequest(user_id=user_id, messages=_messages(messages))
+    def append(
+        session_id: str,
+        user_id: str,
+        messages: list[m.MessageIn | dict[str, Any]],
+        *,
+        agent_id: str | None = None,
+        space: str | None = None,
+    ) -> Call[m.AppendResponse]:
+        """Store turns in the session; `space`: memorize them into that memory space (write grant)."""
+        body = m.AppendRequest(user_id=user_id, messages=_messages(messages), agent_id=agent_id, space=space)
         return Call("POST", f"/v1/sessions/{session_id}/messages", m.AppendResponse, _body(body))
 
     @staticmethod
@@ -152,6 +160,7 @@ class _Endpoints:
         top_k: int | None = None,
         min_score: float | None = None,
         min_probability: float | None = None,
+        spaces: list[str] | None = None,
     ) -> Call[m.ContextResponse]:
         body = m.ContextRequestIn(
             user_id=user_id,
@@ -165,6 +174,7 @@ class _Endpoints:
             top_k=top_k,
             min_score=min_score,
             min_probability=min_probability,
+            spaces=spaces or [],
         )
         return Call("POST", "/v1/context", m.ContextResponse, _body(body))
 
@@ -186,9 +196,15 @@ class _Endpoints:
 
     @staticmethod
     def set_fact(
-        user_id: str, key: str, value: str, category: m.FactCategory = "fact", *, source_session: str | None = None
+        user_id: str,
+        key: str,
+        value: str,
+        category: m.FactCategory = "fact",
+        *,
+        source_session: str | None = None,
+        agent_id: str | None = None,
     ) -> Call[m.FactWrite]:
-        body = m.FactIn(value=value, category=category, source_session=source_session)
+        body = m.FactIn(value=value, category=category, source_session=source_session, agent_id=agent_id)
         return Call("PUT", f"/v1/users/{user_id}/facts/{key}", m.FactWrite, _body(body))
 
     @staticmethod
@@ -201,9 +217,14 @@ class _Endpoints:
 
     @staticmethod
     def add_memory(
-        user_id: str, text: str, *, memory_id: str | None = None, created_at: datetime | None = None
+        user_id: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        created_at: datetime | None = None,
+        agent_id: str | None = None,
     ) -> Call[m.MemoryOut]:
-        body = m.MemoryIn(text=text, id=memory_id, created_at=created_at)
+        body = m.MemoryIn(text=text, id=memory_id, created_at=created_at, agent_id=agent_id)
         return Call("POST", f"/v1/users/{user_id}/memories", m.MemoryOut, _body(body))
 
     @staticmethod
@@ -215,8 +236,11 @@ class _Endpoints:
         return Call("DELETE", f"/v1/users/{user_id}/memories/{memory_id}", m.Deleted)
 
     @staticmethod
-    def search(user_id: str, query: str, top_k: int = 10, min_score: float | None = None) -> Call[list[m.SearchHit]]:
-        body = m.SearchRequest(query=query, top_k=top_k, min_score=min_score)
+    def search(
+        user_id: str, query: str, top_k: int = 10, min_score: float | None = None, *, spaces: list[str] | None = None
+    ) -> Call[list[m.SearchHit]]:
+        """The user's memories (and those of the named spaces, each hit naming its space), best first."""
+        body = m.SearchRequest(query=query, top_k=top_k, min_score=min_score, spaces=spaces or [])
         return Call("POST", f"/v1/users/{user_id}/memories/search", list[m.SearchHit], _body(body))
 
     @staticmethod
@@ -252,6 +276,78 @@ class _Endpoints:
         """Take an archive `export_user` gave into this user: idempotent, all checked before any write."""
         content = archive.encode("utf-8") if isinstance(archive, str) else archive
         return Call("POST", f"/v1/users/{user_id}/import", m.ImportReport, content=content)
+
+    @staticmethod
+    def create_space(space_id: str, quota_memories: int | None = None) -> Call[m.SpaceOut]:
+        """A memory space of the tenant (needs the tenant's admin key); its creator holds admin on it."""
+        return Call("POST", "/v1/spaces", m.SpaceOut, _body(m.SpaceIn(space_id=space_id, quota_memories=quota_memories)))
+
+    @staticmethod
+    def spaces() -> Call[list[m.SpaceOut]]:
+        return Call("GET", "/v1/spaces", list[m.SpaceOut])
+
+    @staticmethod
+    def space(space_id: str) -> Call[m.SpaceOut]:
+        return Call("GET", f"/v1/spaces/{space_id}", m.SpaceOut)
+
+    @staticmethod
+    def delete_space(space_id: str) -> Call[m.Deleted]:
+        return Call("DELETE", f"/v1/spaces/{space_id}", m.Deleted)
+
+    @staticmethod
+    def grants(space_id: str) -> Call[list[m.GrantOut]]:
+        return Call("GET", f"/v1/spaces/{space_id}/grants", list[m.GrantOut])
+
+    @staticmethod
+    def grant(space_id: str, principal: str, role: m.SpaceRole) -> Call[m.GrantOut]:
+        """Give a key (`key:<first 12 hex of its SHA-256>`) a role on the space (needs admin on it)."""
+        return Call("PUT", f"/v1/spaces/{space_id}/grants/{principal}", m.GrantOut, _body(m.GrantIn(role=role)))
+
+    @staticmethod
+    def revoke(space_id: str, principal: str) -> Call[m.Deleted]:
+        return Call("DELETE", f"/v1/spaces/{space_id}/grants/{principal}", m.Deleted)
+
+    @staticmethod
+    def add_space_memory(
+        space_id: str, text: str, *, memory_id: str | None = None, agent_id: str | None = None
+    ) -> Call[m.MemoryOut]:
+        body = m.MemoryIn(text=text, id=memory_id, agent_id=agent_id)
+        return Call("POST", f"/v1/spaces/{space_id}/memories", m.MemoryOut, _body(body))
+
+    @staticmethod
+    def space_memories(space_id: str, after: str = "", limit: int = 100) -> Call[list[m.MemoryOut]]:
+        return Call("GET", f"/v1/spaces/{space_id}/memories", list[m.MemoryOut], params={"after": after, "limit": limit})
+
+    @staticmethod
+    def search_space(space_id: str, query: str, top_k: int = 10) -> Call[list[m.SearchHit]]:
+        body = m.SearchRequest(query=query, top_k=top_k)
+        return Call("POST", f"/v1/spaces/{space_id}/memories/search", list[m.SearchHit], _body(body))
+
+    @staticmethod
+    def space_facts(space_id: str) -> Call[list[m.FactOut]]:
+        return Call("GET", f"/v1/spaces/{space_id}/facts", list[m.FactOut])
+
+    @staticmethod
+    def set_space_fact(
+        space_id: str, key: str, value: str, category: m.FactCategory = "fact", *, agent_id: str | None = None
+    ) -> Call[m.FactWrite]:
+        body = m.FactIn(value=value, category=category, agent_id=agent_id)
+        return Call("PUT", f"/v1/spaces/{space_id}/facts/{key}", m.FactWrite, _body(body))
+
+    @staticmethod
+    def promote_memory(user_id: str, memory_id: str, space: str, *, agent_id: str | None = None) -> Call[m.MemoryOut]:
+        """Copy one of the user's memories into a space, with where it came from (needs write on the space)."""
+        body = m.PromoteIn(space=space, agent_id=agent_id)
+        return Call("POST", f"/v1/users/{user_id}/memories/{memory_id}/promote", m.MemoryOut, _body(body))
+
+    @staticmethod
+    def promote_fact(user_id: str, key: str, space: str, *, agent_id: str | None = None) -> Call[m.FactWrite]:
+        body = m.PromoteIn(space=space, agent_id=agent_id)
+        return Call("POST", f"/v1/users/{user_id}/facts/{key}/promote", m.FactWrite, _body(body))
+
+    @staticmethod
+    def export_space(space_id: str, vectors: bool = True) -> Call[str]:
+        return Call("GET", f"/v1/spaces/{space_id}/export", str, params={"vectors": vectors})
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -371,6 +467,21 @@ class MemoryClient(_Retrying):
     export_session = _sync(_Endpoints.export_session)
     export_user = _sync(_Endpoints.export_user)
     import_user = _sync(_Endpoints.import_user)
+    create_space = _sync(_Endpoints.create_space)
+    spaces = _sync(_Endpoints.spaces)
+    space = _sync(_Endpoints.space)
+    delete_space = _sync(_Endpoints.delete_space)
+    grants = _sync(_Endpoints.grants)
+    grant = _sync(_Endpoints.grant)
+    revoke = _sync(_Endpoints.revoke)
+    add_space_memory = _sync(_Endpoints.add_space_memory)
+    space_memories = _sync(_Endpoints.space_memories)
+    search_space = _sync(_Endpoints.search_space)
+    space_facts = _sync(_Endpoints.space_facts)
+    set_space_fact = _sync(_Endpoints.set_space_fact)
+    promote_memory = _sync(_Endpoints.promote_memory)
+    promote_fact = _sync(_Endpoints.promote_fact)
+    export_space = _sync(_Endpoints.export_space)
 
 
 class AsyncMemoryClient(_Retrying):
@@ -436,3 +547,18 @@ class AsyncMemoryClient(_Retrying):
     export_session = _async(_Endpoints.export_session)
     export_user = _async(_Endpoints.export_user)
     import_user = _async(_Endpoints.import_user)
+    create_space = _async(_Endpoints.create_space)
+    spaces = _async(_Endpoints.spaces)
+    space = _async(_Endpoints.space)
+    delete_space = _async(_Endpoints.delete_space)
+    grants = _async(_Endpoints.grants)
+    grant = _async(_Endpoints.grant)
+    revoke = _async(_Endpoints.revoke)
+    add_space_memory = _async(_Endpoints.add_space_memory)
+    space_memories = _async(_Endpoints.space_memories)
+    search_space = _async(_Endpoints.search_space)
+    space_facts = _async(_Endpoints.space_facts)
+    set_space_fact = _async(_Endpoints.set_space_fact)
+    promote_memory = _async(_Endpoints.promote_memory)
+    promote_fact = _async(_Endpoints.promote_fact)
+    export_space = _async(_Endpoints.export_space)

@@ -43,6 +43,8 @@ class MessageIn(_Model):
 class AppendRequest(_Model):
     user_id: str
     messages: list[MessageIn]
+    agent_id: str | None = None
+    space: str | None = None
 
 
 class AppendResponse(_Model):
@@ -75,6 +77,8 @@ class StoredMessage(_Model):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    agent_id: str | None = None
+    space: str | None = None
 
 
 class MessagesPage(_Model):
@@ -109,6 +113,8 @@ class ContextRequestIn(_Model):
     top_k: int | None = None
     min_score: float | None = None
     min_probability: float | None = None
+    spaces: list[str] = Field(default_factory=list)
+    """Memory spaces recalled beside the user's own memory (a read grant on each)."""
 
 
 class SectionUsage(_Model):
@@ -136,6 +142,10 @@ class FactOut(_Model):
     source_seqs: list[int]
     valid_from: datetime
     valid_to: datetime | None
+    agent_id: str | None = None
+    added_by: str | None = None
+    origin_user: str | None = None
+    space: str | None = None
 
 
 class SearchHit(_Model):
@@ -152,6 +162,9 @@ class SearchHit(_Model):
     """A passage of a long turn: its place in the turn, from 1."""
     parts: int | None = None
     """A passage of a long turn: how many passages the turn has."""
+    space: str | None = None
+    """The memory space it was recalled from; None: the user's own."""
+    agent_id: str | None = None
 
 
 class ImportReport(_Model):
@@ -197,6 +210,7 @@ class FactIn(_Model):
     category: FactCategory = "fact"
     source_session: str | None = None
     source_seqs: list[int] = Field(default_factory=list)
+    agent_id: str | None = None
 
 
 class FactWrite(_Model):
@@ -208,6 +222,7 @@ class MemoryIn(_Model):
     text: str
     id: str | None = None
     created_at: datetime | None = None
+    agent_id: str | None = None
 
 
 class MemoryOut(_Model):
@@ -218,6 +233,10 @@ class MemoryOut(_Model):
     role: str
     kind: str
     created_at: datetime
+    agent_id: str | None = None
+    added_by: str | None = None
+    origin_user: str | None = None
+    origin_memory: str | None = None
 
 
 class SearchRequest(_Model):
@@ -225,6 +244,7 @@ class SearchRequest(_Model):
     top_k: int = 10
     min_score: float | None = None
     explain: bool = False
+    spaces: list[str] = Field(default_factory=list)
 
 
 class ExplainedHit(SearchHit):
@@ -325,11 +345,45 @@ class Health(_Model):
     backends: dict[str, str]
 
 
+SpaceRole = Literal["read", "write", "admin"]
+
+
+class SpaceIn(_Model):
+    space_id: str
+    quota_memories: int | None = None
+
+
+class SpaceOut(_Model):
+    space_id: str
+    quota_memories: int
+    created_by: str
+    created_at: datetime
+    role: SpaceRole | None
+    memories: int = 0
+
+
+class GrantIn(_Model):
+    role: SpaceRole
+
+
+class GrantOut(_Model):
+    principal: str
+    """The key as the audit log names it: `key:<first 12 hex of its SHA-256>`, or `local`."""
+    role: SpaceRole
+    granted_by: str
+    granted_at: datetime
+
+
+class PromoteIn(_Model):
+    space: str
+    agent_id: str | None = None
+
+
 API_MODELS: tuple[type[BaseModel], ...] = (
     ToolFunction, ToolCall, MessageIn, AppendRequest, AppendResponse, SessionInfo, StoredMessage, MessagesPage,
     ToolResultIn, BudgetShares, ContextRequestIn, SectionUsage, ContextUsage, FactOut, SearchHit, ContextResponse,
     CompressResponse, UserSessions, FactIn, FactWrite, MemoryIn, MemoryOut, SearchRequest, Deleted, Health,
     ExplainedHit, Floors, SearchExplained, UserSummary, UsersPage, AuditEntry, AuditPage, MemorizationStats, LLMStats,
-    RecallStats, Stats, SessionExport, ImportReport,
+    RecallStats, Stats, SessionExport, ImportReport, SpaceIn, SpaceOut, GrantIn, GrantOut, PromoteIn,
 )  # fmt: skip
 """Every model that mirrors a schema of the service's OpenAPI document, by the same name."""

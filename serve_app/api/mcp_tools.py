@@ -23,8 +23,9 @@ from serve_app.api.mcp_arguments import flattened
 from serve_app.core.auth import Caller
 from serve_app.core.hosts import HostPolicy
 from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
+from serve_app.core.spaces import SPACE_PATTERN
 from serve_app.errors import ServiceError, Unauthorized
-from serve_app.services import memories, sessions, user_archive, users
+from serve_app.services import memories, sessions, spaces, user_archive, users
 from serve_app.services.audit import audited
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
@@ -35,12 +36,15 @@ SessionIdArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH
 MemoryIdArg = Annotated[
     str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Memory id (from add_memory or search).")
 ]
+SpaceArg = Annotated[str, Field(pattern=SPACE_PATTERN, description="Memory space id (list_spaces names them).")]
 KeyArg = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH, description="Fact key, e.g. shipping_address.")]
 
 INSTRUCTIONS = (
     "Long-term memory of users across sessions. search_memory recalls what a user said before; get_context "
     "builds the prompt for the next model call inside a token budget; append_messages stores a session's turns "
-    "(memorized in the background); add_memory and set_fact store what should be remembered explicitly."
+    "(memorized in the background); add_memory and set_fact store what should be remembered explicitly. "
+    "Memory spaces are memory a team of agents shares: name them in `spaces` to read them, write with "
+    "add_space_memory or append_messages' `space`, and copy a user's memory in with promote_memory."
 )
 
 
@@ -94,7 +98,13 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     async def search_memory(
         user_id: UserIdArg, search: schemas.SearchRequest, ctx: Context
     ) -> list[schemas.SearchHit] | schemas.SearchExplained:
-        return await _call(memories.search_memories(deps, who(ctx).tenant, user_id, search))
+        caller = who(ctx)
+
+        async def searching():
+            shared = await spaces.granted_owners(deps, caller, search.spaces)
+            return await memories.search_memories(deps, caller.tenant, user_id, search, shared)
+
+        return await _call(searching())
 
     @mcp.tool(description="Store a memory for a user directly (the same text twice is stored once).")
     @flattened("memory", schemas.MemoryIn)
@@ -111,7 +121,13 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     @mcp.tool(description="The prompt for the next model call: facts, recalled memories, summary and recent turns, in budget.")
     @flattened("context", schemas.ContextRequestIn)
     async def get_context(context: schemas.ContextRequestIn, ctx: Context) -> schemas.ContextResponse:
-        return await _call(build_working_memory(deps, who(ctx).tenant, context))
+        caller = who(ctx)
+
+        async def building():
+            shared = await spaces.granted_owners(deps, caller, context.spaces)
+            return await build_working_memory(deps, caller.tenant, context, shared=shared)
+
+        return await _call(building())
 
     @mcp.tool(description="Append messages to a session's log (a retried client id is stored once).")
     @flattened("append", schemas.AppendRequest)
@@ -140,6 +156,34 @@ def build_mcp(deps: Dependencies) -> MCPServer:
         user_id: UserIdArg, archive: Annotated[str, Field(description="The archive's JSON Lines.")], ctx: Context
     ) -> schemas.ImportReport:
         return await _call(user_archive.import_lines(deps, who(ctx), user_id, archive.splitlines()))
+
+    @mcp.tool(description="The memory spaces (a tenant's shared memory) this key holds a grant on, with its role.")
+    async def list_spaces(ctx: Context) -> list[schemas.SpaceOut]:
+        return await _call(spaces.list_spaces(deps, who(ctx)))
+
+    @mcp.tool(description="Store a memory in a memory space the whole team reads (write grant on the space needed).")
+    @flattened("memory", schemas.MemoryIn)
+    async def add_space_memory(space: SpaceArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
+        caller = who(ctx)
+
+        async def adding():
+            owner = await spaces.require(deps, caller, space, "write")
+            await spaces.check_space_quota(deps, caller.tenant, space, 1)
+            return await memories.add_memory(deps, caller.tenant, owner, memory, added_by=caller.actor)
+
+        return await _call(adding())
+
+    @mcp.tool(description="Copy one of a user's memories into a memory space, with where it came from (write grant).")
+    @flattened("promote", schemas.PromoteIn)
+    async def promote_memory(
+        user_id: UserIdArg, memory_id: MemoryIdArg, promote: schemas.PromoteIn, ctx: Context
+    ) -> schemas.MemoryOut:
+        return await _call(spaces.promote_memory(deps, who(ctx), user_id, memory_id, promote))
+
+    @mcp.tool(description="Make a user's current fact a memory space's, with where it came from (write grant).")
+    @flattened("promote", schemas.PromoteIn)
+    async def promote_fact(user_id: UserIdArg, key: KeyArg, promote: schemas.PromoteIn, ctx: Context) -> schemas.FactWrite:
+        return await _call(spaces.promote_fact(deps, who(ctx), user_id, key, promote))
 
     return mcp
 

@@ -24,13 +24,15 @@ from serve_app.core.clock import iso_to_ms
 from serve_app.core.ids import summary_memory_id, turn_memory_id
 from serve_app.core.passages import passage_id, split_passages
 from serve_app.core.session_summaries import SUMMARY_KIND, block_of, block_start, summary_blocks
+from serve_app.core.spaces import space_owner
 from serve_app.encoding import EmbedMany
 from serve_app.errors import SessionNotFound
 from serve_app.llm.client import ChatCall, ChatClient, LLMError
 from serve_app.llm.prompts import extraction_messages, parse_extraction, response_format
 from serve_app.services.compaction import CompactionOutcome, Redo, compact_session, redo_degraded
-from serve_app.services.memory_writes import delete_memories, memory_row, save_memories
+from serve_app.services.memory_writes import Provenance, delete_memories, memory_row, save_memories
 from serve_app.services.summarizer import Summarizer, chunk_span
+from serve_app.services.users import forget_promoted
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 from serve_app.stores.facts import Fact
@@ -172,7 +174,7 @@ class SessionMemorizer:
             await save_memories(self.stores, rows)
             presence = await self._presence(tenant, session, meta.user_id, meta.created_at_ms)
             if presence is not Presence.HERE:
-                await self._erase(tenant, session, meta.user_id, presence, [row.id for row in rows])
+                await self._erase(tenant, session, meta.user_id, presence, [(row.user_id, row.id) for row in rows])
                 raise SessionNotFound(session)
             await self.log.advance_cursor(tenant, session, upto, done=False, cursor="remembered_upto_seq")
             written += len(rows)
@@ -279,27 +281,38 @@ class SessionMemorizer:
             return Presence.FORGOTTEN
         return Presence.HERE
 
-    async def _erase(self, tenant: str, session: str, user: str, presence: Presence, written: list[str]) -> None:
+    async def _erase(
+        self, tenant: str, session: str, user: str, presence: Presence, written: list[tuple[str, str]]
+    ) -> None:
         """What the work wrote for a session that is gone. A session made again keeps its log and
-        memories: only the memories just written from the old log go. Otherwise the session and its
-        user's memories of it (another user's memories under a reused id stay)."""
+        memories: only the memories just written from the old log go (owner, id: a turn memorized
+        into a space is the space's). Otherwise the session and its user's memories of it (another
+        user's memories under a reused id stay)."""
         if presence is Presence.REMADE:
-            for memory_id in written:
-                await delete_memories(self.stores, tenant, user=user, session=session, memory_id=memory_id)
+            for owner, memory_id in written:
+                await delete_memories(self.stores, tenant, user=owner, session=session, memory_id=memory_id)
             return
         await self.log.delete(tenant, session)
         await delete_memories(self.stores, tenant, user=user, session=session)
+        if presence is Presence.FORGOTTEN:  # turns memorized into spaces after the user was forgotten
+            await forget_promoted(self.stores, tenant, user, self.settings.forget_promoted)
 
-    async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> list[str]:
-        """Write the said turns as memories (a long turn as its passages); returns the ids written.
+    async def _embed_turns(self, tenant: str, session: str, user: str, turns: list[dict]) -> list[tuple[str, str]]:
+        """Write the said turns as memories (a long turn as its passages); returns (owner, id) of
+        each written. A turn appended with a space is memorized into that space (its owner id),
+        with the user it came from as its origin.
 
         A turn whose memory exists from another sighting (the same words resent after the log
         expired, or said twice) keeps that first memory and its date; the same turn again (a retried
         batch) is simply written again."""
         said = [t for t in turns if _said(t)]
+        owners = {t["seq"]: space_owner(t["space"]) if t.get("space") else user for t in said}
         pieces = {t["seq"]: self._passages(t["content"]) for t in said}
-        ids = {t["seq"]: self._memory_ids(tenant, user, session, t, pieces[t["seq"]]) for t in said}
-        first = {h.id: h for h in await self.stores.keywords.fetch(tenant, user, [ids[t["seq"]][0] for t in said])}
+        ids = {t["seq"]: self._memory_ids(tenant, owners[t["seq"]], session, t, pieces[t["seq"]]) for t in said}
+        first = {}
+        for owner in set(owners.values()):
+            heads = [ids[t["seq"]][0] for t in said if owners[t["seq"]] == owner]
+            first |= {h.id: h for h in await self.stores.keywords.fetch(tenant, owner, heads)}
         chosen: dict[str, dict] = {}  # the first memory id of each turn written -> the turn
         for turn in said:
             head = ids[turn["seq"]][0]
@@ -322,13 +335,15 @@ class SessionMemorizer:
                 # A turn's first memory carries the turns before it; a later passage the passage
                 # before it, the context a reader of that passage has.
                 before = [t["content"] for t in context[-wanted:]] if wanted else []
+                owner = owners[turn["seq"]]
+                provenance = Provenance(turn.get("agent_id"), origin_user=user if owner != user else None)
                 for memory_id, text in zip(ids[turn["seq"]], pieces[turn["seq"]], strict=True):
                     rows.append(
                         memory_row(
                             self.settings,
                             memory_id=memory_id,
                             tenant=tenant,
-                            user=user,
+                            user=owner,
                             text=text,
                             created_at_ms=iso_to_ms(turn.get("created_at")),
                             vector=next(vectors),
@@ -337,12 +352,13 @@ class SessionMemorizer:
                             role=turn["role"],
                             kind="turn",
                             before=before,
+                            provenance=provenance,
                         )
                     )
                     before = [text] if wanted else []
             context.append(turn)
         await save_memories(self.stores, rows)
-        return [row.id for row in rows]
+        return [(row.user_id, row.id) for row in rows]
 
     def _passages(self, text: str) -> list[str]:
         return split_passages(text, target=self.settings.memory_passage_chars, whole=self.settings.memory_whole_chars)

@@ -12,6 +12,7 @@ from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memory_writes import delete_memories
 from serve_app.services.quota import check_memory_quota
+from serve_app.services.spaces import require
 from serve_app.stores.session_log import SessionMeta
 
 
@@ -39,8 +40,13 @@ async def _append(deps: Dependencies, caller: Caller, session_id: str, body: sch
     limit = settings.rate_limit_overrides.get(caller.tenant, settings.rate_limit_messages_per_minute)
     await deps.stores.rate_limits.spend(caller.key_digest, len(body.messages), limit)
     await check_memory_quota(deps, caller.tenant, len(body.messages))
+    if body.space is not None:
+        await require(deps, caller, body.space, "write")
     now = datetime.now(UTC)
     stored = [m.stored(now) for m in body.messages]
+    written_by = {k: v for k, v in (("agent_id", body.agent_id), ("space", body.space)) if v is not None}
+    if written_by:  # the memorizer reads them from the log: who said it, and whose memory it becomes
+        stored = [message | written_by for message in stored]
     result = await deps.stores.log.append(caller.tenant, session_id, body.user_id, stored)
     if deps.poke is not None and not all(result.duplicates):
         deps.poke(caller.tenant, session_id)

@@ -12,11 +12,13 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import KEY_B, KEY_LOCAL, wait_memorized
+from serve_app.core.auth import hash_key
+
+from .conftest import KEY_B, KEY_LOCAL, KEY_TEAM_ADMIN, KEY_TEAM_MEMBER, wait_memorized
 
 TOOLS = {
     "search_memory", "add_memory", "delete_memory", "get_context", "append_messages", "list_facts", "set_fact",
-    "export_memory", "import_memory",
+    "export_memory", "import_memory", "list_spaces", "add_space_memory", "promote_memory", "promote_fact",
 }  # fmt: skip
 
 
@@ -137,3 +139,42 @@ async def test_another_tenant_never_sees_the_data(service_url):
         [("list_facts", {"user_id": user}), ("search_memory", {"user_id": user, "query": "42"})]
     )
     assert _data(results[0]) == [] and _data(results[1]) == []
+
+
+async def test_spaces_through_the_tools_and_no_grant_no_space(service_url):
+    """An admin shares memory through the tools; a key of the same tenant without a grant reaches
+    nothing of the space by any tool, and with a read grant reads it beside a user's memory."""
+    space, user = _id("team"), _id("user")
+    admin = httpx.Client(base_url=service_url, headers={"X-API-Key": KEY_TEAM_ADMIN})
+    admin.post("/v1/spaces", json={"space_id": space}).raise_for_status()
+    _, results = await Tools(service_url, KEY_TEAM_ADMIN).run(
+        [
+            ("add_space_memory", {"space": space, "text": "The VPN gateway is vpn-7.corp.", "agent_id": "it-bot"}),
+            ("add_memory", {"user_id": user, "text": "I reset my VPN token on Monday."}),
+            ("set_fact", {"user_id": user, "key": "laptop", "value": "ThinkPad X1"}),
+            ("list_spaces", {}),
+        ]
+    )
+    shared, mine, _, listed = (_data(r) for r in results)
+    assert shared["agent_id"] == "it-bot" and space in [s["space_id"] for s in listed]
+    calls = [
+        ("search_memory", {"user_id": user, "query": "which VPN gateway?", "spaces": [space]}),
+        ("get_context", {"user_id": user, "session_id": _id("s"), "query": "VPN gateway", "spaces": [space]}),
+        ("add_space_memory", {"space": space, "text": "injected"}),
+        ("promote_memory", {"user_id": user, "memory_id": mine["id"], "space": space}),
+        ("promote_fact", {"user_id": user, "key": "laptop", "space": space}),
+        ("append_messages", {"session_id": _id("s"), "user_id": user, "space": space,
+                             "messages": [{"role": "user", "content": "x"}]}),
+    ]
+    names, refused = await Tools(service_url, KEY_TEAM_MEMBER).run([("list_spaces", {}), *calls])
+    assert space not in json.dumps(_data(refused[0]))
+    for (name, _), result in zip(calls, refused[1:], strict=True):
+        assert result.is_error and "404: memory space not found" in result.content[0].text, (name, result.content)
+
+    member = "key:" + hash_key(KEY_TEAM_MEMBER)[:12]
+    admin.put(f"/v1/spaces/{space}/grants/{member}", json={"role": "read"}).raise_for_status()
+    _, results = await Tools(service_url, KEY_TEAM_MEMBER).run(calls[:3])
+    hits, context = _data(results[0]), _data(results[1])
+    assert hits[0]["space"] == space and "vpn-7.corp" in context["messages"][0]["content"]
+    assert results[2].is_error and "403" in results[2].content[0].text
+    admin.delete(f"/v1/spaces/{space}")

@@ -11,7 +11,7 @@ import pytest
 from bench.probes import space_endpoints
 from serve_app.core.auth import hash_key
 
-from .conftest import KEY_B, KEY_TEAM_ADMIN, KEY_TEAM_MEMBER
+from .conftest import KEY_B, KEY_TEAM_ADMIN, KEY_TEAM_MEMBER, wait_memorized
 
 SECRET = "the release signing key lives in vault path kv/release-SECRET"
 
@@ -114,3 +114,20 @@ def test_a_bad_space_request_is_a_clear_4xx(admin):
     exported = admin.get(f"/v1/spaces/{name}/export")
     assert exported.status_code == 200 and exported.text.splitlines()[-1].startswith('{"type":"end"')
     assert admin.delete(f"/v1/spaces/{name}").json()["details"]["spaces"] == 1
+
+
+def test_a_session_named_with_a_space_is_memorized_into_it(space, admin, member):
+    user, sid = _id("user"), _id("s")
+    said = "Team decision: the billing service freezes deploys during month-end close."
+    turn = {"user_id": user, "agent_id": "planner", "space": space, "messages": [{"role": "user", "content": said}]}
+    assert member.post(f"/v1/sessions/{sid}/messages", json=turn).status_code == 404  # no grant: nothing stored
+    admin.put(f"/v1/spaces/{space}/grants/{principal(KEY_TEAM_MEMBER)}", json={"role": "write"}).raise_for_status()
+    member.post(f"/v1/sessions/{sid}/messages", json=turn).raise_for_status()
+    wait_memorized(member, sid, 1)
+
+    assert member.get(f"/v1/sessions/{sid}/messages").json()["messages"][0]["space"] == space
+    shared = [m for m in member.get(f"/v1/spaces/{space}/memories").json() if m["text"] == said]
+    assert [(m["agent_id"], m["origin_user"], m["session_id"]) for m in shared] == [("planner", user, sid)]
+    assert said not in member.get(f"/v1/users/{user}/memories").text
+    member.delete(f"/v1/users/{user}").raise_for_status()
+    assert said not in member.get(f"/v1/spaces/{space}/memories").text
