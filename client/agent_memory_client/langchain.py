@@ -3,6 +3,9 @@ a retriever.
 
     history = MemoryChatHistory(MemoryClient(), session_id="support-42", user_id="alice")
     retriever = MemoryRetriever(client=MemoryClient(), user_id="alice", top_k=5)
+
+Memory a team of agents shares: `spaces` names the memory spaces a retriever reads beside the
+user's own memory, and `space` the one a history's turns are memorized into.
 """
 
 from __future__ import annotations
@@ -66,10 +69,14 @@ def _args(arguments: Any) -> dict[str, Any]:
 class MemoryChatHistory(BaseChatMessageHistory):
     """A session's log as LangChain chat history: appends go to the service (memorized there)."""
 
-    def __init__(self, client: MemoryClient, session_id: str, user_id: str):
+    def __init__(
+        self, client: MemoryClient, session_id: str, user_id: str, *, space: str | None = None, agent_id: str | None = None
+    ):
         self.client = client
         self.session_id = session_id
         self.user_id = user_id
+        self.space = space
+        self.agent_id = agent_id
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -80,7 +87,8 @@ class MemoryChatHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         if messages:
-            self.client.append(self.session_id, self.user_id, [to_stored(m) for m in messages])
+            turns = [to_stored(m) for m in messages]
+            self.client.append(self.session_id, self.user_id, turns, agent_id=self.agent_id, space=self.space)
 
     def clear(self) -> None:
         try:
@@ -93,7 +101,14 @@ def _document(hit: SearchHit) -> Document:
     return Document(
         page_content=hit.text,
         id=hit.id,
-        metadata={"score": hit.score, "session_id": hit.session_id, "seq": hit.seq, "created_at": hit.created_at.isoformat()},
+        metadata={
+            "score": hit.score,
+            "session_id": hit.session_id,
+            "seq": hit.seq,
+            "created_at": hit.created_at.isoformat(),
+            "space": hit.space,
+            "agent_id": hit.agent_id,
+        },
     )
 
 
@@ -105,16 +120,19 @@ class MemoryRetriever(BaseRetriever):
     user_id: str
     top_k: int = 10
     min_score: float | None = None
+    spaces: list[str] = []
+    """Memory spaces searched beside the user's memories (each document's metadata names its space)."""
 
     model_config = {"arbitrary_types_allowed": True}
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         if self.client is None:
             raise ValueError("MemoryRetriever needs `client` for sync use")
-        return [_document(h) for h in self.client.search(self.user_id, query, self.top_k, self.min_score)]
+        hits = self.client.search(self.user_id, query, self.top_k, self.min_score, spaces=self.spaces)
+        return [_document(h) for h in hits]
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
         if self.async_client is None:
             return await super()._aget_relevant_documents(query, run_manager=run_manager)
-        hits = await self.async_client.search(self.user_id, query, self.top_k, self.min_score)
+        hits = await self.async_client.search(self.user_id, query, self.top_k, self.min_score, spaces=self.spaces)
         return [_document(h) for h in hits]

@@ -62,6 +62,7 @@ from serve_app.services.chat_conversation import Conversation, conversation
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.quota import check_memory_quota
+from serve_app.services.spaces import granted_owners, require
 from serve_app.stores.chat_calls import CallRecord
 
 logger = logging.getLogger("ray.serve")
@@ -175,8 +176,10 @@ async def _store(
     if not turns:
         return [], []
     now = datetime.now(UTC).isoformat()
+    written_into = {"space": talk.write_space} if talk.write_space else {}
     messages = [
-        {**turn, "id": ident, "created_at": turn.get("created_at") or now} for turn, ident in zip(turns, ids, strict=True)
+        {**turn, "id": ident, "created_at": turn.get("created_at") or now, **written_into}
+        for turn, ident in zip(turns, ids, strict=True)
     ]
     result = await deps.stores.log.append(tenant, session, talk.user, messages)
     if deps.poke is not None and not all(result.duplicates):
@@ -256,6 +259,9 @@ async def chat_completion(
     llm, tenant = deps.llm, caller.tenant
     talk = conversation(deps, request, headers)
     _encodable(request)
+    shared = await granted_owners(deps, caller, talk.spaces)
+    if talk.write_space is not None:
+        await require(deps, caller, talk.write_space, "write")
     store = request.store is not False
     retry = chat_calls.retry_key(request, talk, headers) if store else None
     call = await _resolve(deps, tenant, talk, retry)
@@ -286,6 +292,7 @@ async def chat_completion(
             pending_turns=call.new,
             tools=request.tools or [],
             history_upto=call.history_upto,
+            shared=shared,
         )
     except BudgetError as exc:
         raise ContextLengthExceeded(

@@ -223,3 +223,29 @@ async def test_a_lone_surrogate_the_model_cannot_be_sent_is_a_422_stored_or_not(
         raw = json.dumps({"model": "m", "messages": [user("half a pair: \ud800")], "user": who, "store": store})
         refused = await app.post(URL, content=raw, headers={"content-type": "application/json"})
         assert refused.status_code == 422 and "surrogate" in refused.json()["error"]["message"], refused.text
+
+
+async def test_a_chat_call_reads_and_writes_the_memory_spaces_it_names(app, upstream):
+    who, session = ids()
+    space = "team-" + uuid.uuid4().hex[:8]
+    (await app.post("/v1/spaces", json={"space_id": space})).raise_for_status()
+    fact = {"text": "The team's staging database is pg-stage-9 in eu-west-3."}
+    (await app.post(f"/v1/spaces/{space}/memories", json=fact)).raise_for_status()
+
+    question = [user("Which staging database do we use?")]
+    asked = await ask(app, question, who=who, headers={"X-Memory-Spaces": space}, store=False)
+    assert asked.status_code == 200, asked.text
+    prompt = upstream.requests[-1]["messages"][0]["content"]
+    assert "pg-stage-9" in prompt and f"space {space}" in prompt
+    await ask(app, question, who=who, store=False)
+    assert "pg-stage-9" not in upstream.requests[-1]["messages"][0]["content"]  # not named: not read
+
+    moved = [user("We moved staging to pg-stage-10.")]
+    written = await ask(app, moved, who=who, session=session, metadata={"memory_space": space})
+    assert written.status_code == 200, written.text
+    assert {m.get("space") for m in await log_of(app, session)} == {space}
+
+    absent = await ask(app, [user("hi")], who=who, headers={"X-Memory-Spaces": f"{space},no-such-space"}, store=False)
+    assert absent.status_code == 404 and "no-such-space" in absent.text
+    malformed = await ask(app, [user("hi")], who=who, metadata={"memory_spaces": "bad space"}, store=False)
+    assert malformed.status_code == 422 and "memory_spaces" in malformed.text

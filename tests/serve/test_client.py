@@ -12,7 +12,9 @@ import httpx
 import pytest
 from agent_memory_client import AsyncMemoryClient, InvalidRequest, MemoryClient, NotFound, RateLimited, Unauthorized, models
 
-from .conftest import KEY_LOCAL, KEY_RETRY, KEY_TINY, wait_memorized
+from serve_app.core.auth import hash_key
+
+from .conftest import KEY_LOCAL, KEY_RETRY, KEY_TEAM_ADMIN, KEY_TEAM_MEMBER, KEY_TINY, wait_memorized
 
 
 def _id(prefix: str) -> str:
@@ -158,3 +160,36 @@ def test_langchain_history_and_retriever(service_url):
         assert documents and "4417" in documents[0].page_content and documents[0].metadata["session_id"] == session
         history.clear()
         assert history.messages == []
+
+
+def test_a_team_shares_a_memory_space_through_the_client_and_langchain(service_url):
+    """The typed client's space calls, and LangChain's history writing into a space and retriever
+    reading it, under a member key the admin granted write."""
+    from agent_memory_client.langchain import MemoryChatHistory, MemoryRetriever
+    from langchain_core.messages import HumanMessage
+
+    space, user, session = _id("team"), _id("user"), _id("s")
+    member_key = "key:" + hash_key(KEY_TEAM_MEMBER)[:12]
+    admin, member = MemoryClient(service_url, api_key=KEY_TEAM_ADMIN), MemoryClient(service_url, api_key=KEY_TEAM_MEMBER)
+    with admin, member:
+        assert admin.create_space(space).role == "admin"
+        with pytest.raises(NotFound):
+            member.search(user, "anything", spaces=[space])
+        assert admin.grant(space, member_key, "write").role == "write"
+        assert [(s.space_id, s.role) for s in member.spaces() if s.space_id == space] == [(space, "write")]
+        member.add_space_memory(space, "Incident reviews happen on Thursdays at 15:00.", agent_id="scribe")
+        own = member.add_memory(user, "I prefer reviews in the afternoon.")
+        copy = member.promote_memory(user, own.id, space)
+        assert (copy.origin_user, copy.origin_memory) == (user, own.id)
+
+        history = MemoryChatHistory(member, session_id=session, user_id=user, space=space, agent_id="planner")
+        history.add_messages([HumanMessage("Decision: the on-call handover is at 09:00 CET.")])
+        wait_memorized(httpx.Client(base_url=service_url, headers={"X-API-Key": KEY_TEAM_MEMBER}), session, 1)
+        shared = {m.text: m for m in member.space_memories(space)}
+        assert shared["Decision: the on-call handover is at 09:00 CET."].agent_id == "planner"
+
+        retriever = MemoryRetriever(client=member, user_id=_id("other-user"), top_k=3, spaces=[space])
+        documents = retriever.invoke("when is the on-call handover?")
+        assert "09:00 CET" in documents[0].page_content and documents[0].metadata["space"] == space
+        assert [h.space for h in member.search(user, "when are incident reviews?", spaces=[space])][:1] == [space]
+        assert admin.delete_space(space).details["spaces"] == 1
