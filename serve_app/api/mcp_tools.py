@@ -109,7 +109,8 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     @mcp.tool(description="Store a memory for a user directly (the same text twice is stored once).")
     @flattened("memory", schemas.MemoryIn)
     async def add_memory(user_id: UserIdArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
-        return await _call(memories.add_memory(deps, who(ctx).tenant, user_id, memory))
+        caller = who(ctx)
+        return await _call(memories.add_memory(deps, caller.tenant, user_id, memory, added_by=caller.actor))
 
     @mcp.tool(description="Delete one long-term memory of a user.")
     async def delete_memory(user_id: UserIdArg, memory_id: MemoryIdArg, ctx: Context) -> schemas.Deleted:
@@ -141,7 +142,8 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     @mcp.tool(description="Set a user's fact; the previous value is kept in its history.")
     @flattened("fact", schemas.FactIn)
     async def set_fact(user_id: UserIdArg, key: KeyArg, fact: schemas.FactIn, ctx: Context) -> schemas.FactWrite:
-        return await _call(users.put_fact(deps, who(ctx).tenant, user_id, key, fact))
+        caller = who(ctx)
+        return await _call(users.put_fact(deps, caller.tenant, user_id, key, fact, added_by=caller.actor))
 
     @mcp.tool(description="A user's whole memory as a portable archive (JSON Lines): sessions, memories, facts with history.")
     async def export_memory(

@@ -292,27 +292,35 @@ class KeywordIndex:
     async def list_users(self, tenant: str, *, after: str, limit: int) -> list[tuple[str, int, int]]:
         """The tenant's users with a memory or a current fact, by id after `after`: (user, memories,
         current facts). A loose index scan (one index probe per user) over each table, so a page
-        costs its users, not the tenant's rows."""
+        costs its users, not the tenant's rows; memory spaces are stepped over."""
         rows = await self.pool.fetch(
             """
             WITH RECURSIVE mem(u, n) AS (
-                (SELECT user_id, 1 FROM memory_keywords WHERE tenant_id = $1 AND user_id > $2 ORDER BY user_id LIMIT 1)
+                (SELECT user_id, (user_id NOT LIKE 'space:%')::int FROM memory_keywords
+                 WHERE tenant_id = $1 AND user_id > $2 ORDER BY user_id LIMIT 1)
                 UNION ALL
-                SELECT (SELECT user_id FROM memory_keywords WHERE tenant_id = $1 AND user_id > mem.u ORDER BY user_id LIMIT 1),
-                       mem.n + 1
-                FROM mem WHERE mem.u IS NOT NULL AND mem.n < $3
+                SELECT nxt.u, mem.n + (nxt.u NOT LIKE 'space:%')::int
+                FROM mem, LATERAL (
+                    SELECT (SELECT user_id FROM memory_keywords WHERE tenant_id = $1 AND user_id > mem.u
+                            ORDER BY user_id LIMIT 1) AS u
+                ) nxt
+                WHERE mem.u IS NOT NULL AND mem.n < $3
             ),
             fct(u, n) AS (
-                (SELECT user_id, 1 FROM facts WHERE tenant_id = $1 AND user_id > $2 AND valid_to IS NULL
-                 ORDER BY user_id LIMIT 1)
+                (SELECT user_id, (user_id NOT LIKE 'space:%')::int FROM facts
+                 WHERE tenant_id = $1 AND user_id > $2 AND valid_to IS NULL ORDER BY user_id LIMIT 1)
                 UNION ALL
-                SELECT (SELECT user_id FROM facts WHERE tenant_id = $1 AND user_id > fct.u AND valid_to IS NULL
-                        ORDER BY user_id LIMIT 1),
-                       fct.n + 1
-                FROM fct WHERE fct.u IS NOT NULL AND fct.n < $3
+                SELECT nxt.u, fct.n + (nxt.u NOT LIKE 'space:%')::int
+                FROM fct, LATERAL (
+                    SELECT (SELECT user_id FROM facts WHERE tenant_id = $1 AND user_id > fct.u AND valid_to IS NULL
+                            ORDER BY user_id LIMIT 1) AS u
+                ) nxt
+                WHERE fct.u IS NOT NULL AND fct.n < $3
             ),
+            -- Memory spaces (core.spaces) sit under owner ids beside the users: stepped over, not listed.
             page AS (
-                SELECT u FROM (SELECT u FROM mem UNION SELECT u FROM fct) both_sides WHERE u IS NOT NULL ORDER BY u LIMIT $3
+                SELECT u FROM (SELECT u FROM mem UNION SELECT u FROM fct) both_sides
+                WHERE u IS NOT NULL AND u NOT LIKE 'space:%' ORDER BY u LIMIT $3
             )
             SELECT page.u AS user_id,
                    (SELECT count(*) FROM memory_keywords k WHERE k.tenant_id = $1 AND k.user_id = page.u) AS memories,

@@ -159,3 +159,23 @@ def test_a_space_owner_id_is_no_user_id():
     with pytest.raises(ValueError):
         schemas.MemoryIn(text="x", id="space:team")
     assert spaces.space_owner("team") == "space:team"
+
+
+async def test_the_users_list_steps_over_spaces(deps, caller):
+    from serve_app.services.inspection import list_users
+
+    admin, users = _key(caller.tenant, admin=True), sorted(new_id("user") for _ in range(3))
+    for user in users:
+        await add_memory(deps, caller.tenant, user, MemoryIn(text=f"{user} likes tea."))
+    for _ in range(3):
+        team = await _space(deps, admin)
+        await add_memory(deps, caller.tenant, spaces.space_owner(team), MemoryIn(text="Shared."))
+        await put_fact(deps, caller.tenant, spaces.space_owner(team), "k", FactIn(value="v"))
+    seen, after = [], ""
+    while True:
+        page = await list_users(deps, caller.tenant, after=after, limit=1)
+        seen += [u.user_id for u in page.users]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert seen == users

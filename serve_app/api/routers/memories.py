@@ -15,7 +15,7 @@ router = APIRouter(tags=["memories"])
 
 @router.post("/v1/users/{user_id}/memories", response_model=schemas.MemoryOut, summary="Add a memory directly")
 async def add_memory(body: schemas.MemoryIn, deps: Deps, who: Who, user_id: str = UserId) -> schemas.MemoryOut:
-    return await memories.add_memory(deps, who.tenant, user_id, body)
+    return await memories.add_memory(deps, who.tenant, user_id, body, added_by=who.actor)
 
 
 @router.get("/v1/users/{user_id}/memories", response_model=list[schemas.MemoryOut], summary="List memories")

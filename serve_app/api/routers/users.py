@@ -54,7 +54,7 @@ async def get_fact(deps: Deps, who: Who, user_id: str = UserId, key: str = FactK
 
 @router.put("/v1/users/{user_id}/facts/{key}", response_model=schemas.FactWrite, summary="Set a fact (supersedes)")
 async def put_fact(body: schemas.FactIn, deps: Deps, who: Who, user_id: str = UserId, key: str = FactKey) -> schemas.FactWrite:
-    return await users.put_fact(deps, who.tenant, user_id, key, body)
+    return await users.put_fact(deps, who.tenant, user_id, key, body, added_by=who.actor)
 
 
 @router.delete("/v1/users/{user_id}/facts/{key}", response_model=schemas.Deleted, summary="Close a fact")
