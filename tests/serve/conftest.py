@@ -24,6 +24,8 @@ KEY_TINY = "key-tiny-0123456789"
 KEY_RETRY = "key-retry-0123456789"  # tenant "tenant-retry": 60 messages a minute, so a 429 asks for ~1 s
 KEY_INSPECT = "key-inspect-0123456789"  # tenant "inspector": the inspector's tests, whose audit log is theirs alone
 UI_SECRET = "test-ui-secret-0123456789abcdef"
+KEY_TEAM_ADMIN = "key-team-admin-0123456789"  # tenant "team", its admin: creates memory spaces
+KEY_TEAM_MEMBER = "key-team-member-0123456789"  # tenant "team": only the spaces it is granted
 KEY_FUZZ = "key-fuzz-0123456789"  # tenant "fuzz": the Schemathesis run, whose random DELETEs must not touch other tests' data
 # Test profile: compact early and sweep often so the tests see compaction and memorization quickly.
 TEST_ARGS = {
@@ -38,6 +40,8 @@ TEST_ARGS = {
         hash_key(KEY_TINY): "tenant-tiny",
         hash_key(KEY_RETRY): "tenant-retry",
         hash_key(KEY_INSPECT): "inspector",
+        hash_key(KEY_TEAM_ADMIN): "team:admin",
+        hash_key(KEY_TEAM_MEMBER): "team",
     },
     "ui_secret": UI_SECRET,
     "rate_limit_overrides": {"tenant-slow": 5, "tenant-retry": 60},
