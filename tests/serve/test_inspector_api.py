@@ -1,17 +1,21 @@
 """What the inspector needs, as public API first: users listing, search with explain, the audit log,
-live figures, session export, and the inspector's cookie with its CSRF token on the API itself."""
+live figures, session export, and the inspector's cookie with its CSRF token on the API itself; then
+its pages of memory spaces, read with the signed-in key's grants."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
 
+from serve_app.core.auth import hash_key
 from serve_app.core.inspector_auth import COOKIE, CSRF_HEADER
 from serve_app.settings import Settings
 
-from .conftest import KEY_B, KEY_INSPECT, wait_memorized
+from .conftest import KEY_B, KEY_INSPECT, KEY_TEAM_ADMIN, KEY_TEAM_MEMBER, wait_memorized
 
 
 def _id(prefix: str) -> str:
@@ -164,3 +168,95 @@ def test_the_inspector_cookie_reads_the_api_but_writes_only_with_its_csrf_token(
     with httpx.Client(base_url=service_url, timeout=60) as stranger:
         r = stranger.post("/ui/login", data={"api_key": "not-a-key"})
         assert r.status_code == 401 and COOKIE not in r.cookies
+
+
+@contextmanager
+def _browser(service_url: str, key: str) -> Iterator[httpx.Client]:
+    """A client signed in to the inspector with `key`, as a browser after the sign-in form."""
+    with httpx.Client(base_url=service_url, timeout=60) as browser:
+        assert browser.post("/ui/login", data={"api_key": key, "next": "/ui"}).status_code == 303
+        yield browser
+
+
+def _row(page: str, marker: str) -> str:
+    """The table row of a page that carries `marker` (a data attribute)."""
+    assert marker in page, marker
+    return page.split(marker, 1)[1].split("</tr>", 1)[0]
+
+
+@pytest.fixture
+def team(service_url):
+    """Tenant "team"'s admin key: it creates spaces and administers every one."""
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_TEAM_ADMIN}) as c:
+        yield c
+
+
+@pytest.fixture
+def shared_space(team) -> dict:
+    """A space with a memory an agent wrote, one promoted from a user (its text needs escaping) and a
+    fact; the member key holds no grant on it yet."""
+    space, user, sid = _id("sp"), _id("su"), _id("ss")
+    team.post("/v1/spaces", json={"space_id": space}).raise_for_status()
+    direct = team.post(
+        f"/v1/spaces/{space}/memories", json={"text": "The deploy freeze starts on Friday at noon.", "agent_id": "planner"}
+    ).json()
+    own = team.post(f"/v1/users/{user}/memories", json={"text": "Ana keeps the on-call rota <b>in the wiki</b>."}).json()
+    promoted = team.post(f"/v1/users/{user}/memories/{own['id']}/promote", json={"space": space}).json()
+    team.put(f"/v1/spaces/{space}/facts/freeze_day", json={"value": "Friday"}).raise_for_status()
+    turn = {"role": "user", "content": "When does the deploy freeze start?"}
+    team.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [turn]}).raise_for_status()
+    return {"space": space, "user": user, "sid": sid, "direct": direct, "own": own, "promoted": promoted}
+
+
+def test_a_key_without_a_grant_sees_nothing_of_a_space(shared_space, service_url):
+    space, user = shared_space["space"], shared_space["user"]
+    with _browser(service_url, KEY_TEAM_MEMBER) as stranger:
+        assert f'data-space="{space}"' not in stranger.get("/ui/spaces").text
+        page = stranger.get(f"/ui/spaces/{space}")
+        assert page.status_code == 404 and 'id="error-detail"' in page.text
+        search = stranger.get(f"/ui/users/{user}/search", params={"query": "deploy freeze", "spaces": space})
+        assert search.status_code == 404
+        for refused in (page, search):
+            assert "deploy freeze starts" not in refused.text and "on-call rota" not in refused.text
+            assert "planner" not in refused.text and shared_space["promoted"]["id"] not in refused.text
+
+
+def test_a_space_page_shows_its_memories_with_their_provenance_and_its_grants_to_its_admin(shared_space, team, service_url):
+    space, user = shared_space["space"], shared_space["user"]
+    admin_key = "key:" + hash_key(KEY_TEAM_ADMIN)[:12]
+    member_key = "key:" + hash_key(KEY_TEAM_MEMBER)[:12]
+    team.put(f"/v1/spaces/{space}/grants/{member_key}", json={"role": "read"}).raise_for_status()
+    with _browser(service_url, KEY_TEAM_ADMIN) as admin:
+        assert 'href="/ui/spaces"' in admin.get("/ui").text
+        listed = _row(admin.get("/ui/spaces").text, f'data-space="{space}"')
+        assert "<td data-role>admin</td>" in listed and "<td data-memories>2</td>" in listed
+        page = admin.get(f"/ui/spaces/{space}").text
+        direct = _row(page, f'data-memory-id="{shared_space["direct"]["id"]}"')
+        assert "The deploy freeze starts on Friday at noon." in direct and "agent planner" in direct
+        assert f"added by {admin_key}" in direct and "promoted from" not in direct
+        promoted = _row(page, f'data-memory-id="{shared_space["promoted"]["id"]}"')
+        assert "&lt;b&gt;in the wiki&lt;/b&gt;" in promoted and "<b>in the wiki" not in page
+        assert f'promoted from <a href="/ui/users/{user}">{user}</a>' in promoted
+        assert f"memory {shared_space['own']['id']}" in promoted
+        assert "Friday" in _row(page, 'data-key="freeze_day"')
+        assert "<td>read</td>" in _row(page, f'data-principal="{member_key}"')
+    with _browser(service_url, KEY_TEAM_MEMBER) as reader:
+        assert "<td data-role>read</td>" in _row(reader.get("/ui/spaces").text, f'data-space="{space}"')
+        page = reader.get(f"/ui/spaces/{space}")
+        assert page.status_code == 200 and "deploy freeze starts" in page.text and "agent planner" in page.text
+        assert 'id="grants"' not in page.text  # the grants are its admin's to see
+
+
+def test_search_and_the_next_prompt_read_the_spaces_named_and_label_what_they_recall(shared_space, service_url):
+    space, user, sid = shared_space["space"], shared_space["user"], shared_space["sid"]
+    direct = shared_space["direct"]["id"]
+    with _browser(service_url, KEY_TEAM_ADMIN) as admin:
+        alone = admin.get(f"/ui/users/{user}/search", params={"query": "when does the deploy freeze start"}).text
+        assert f'data-memory-id="{direct}"' not in alone
+        named = {"query": "when does the deploy freeze start", "spaces": f" {space} , {space},"}
+        found = admin.get(f"/ui/users/{user}/search", params=named).text
+        assert f"space {space}</a>" in _row(found, f'data-memory-id="{direct}"')
+        assert f'name="spaces" type="text" value=" {space} , {space},"' in found
+        prompt = admin.get(f"/ui/sessions/{sid}/prompt", params=named)
+        assert prompt.status_code == 200 and f"space {space}</a>" in _row(prompt.text, f'data-memory-id="{direct}"')
+        assert admin.get(f"/ui/users/{user}/search", params={"query": "x", "spaces": "no/such"}).status_code == 422

@@ -25,7 +25,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from serve_app.core.inspector_auth import COOKIE
 
-from .conftest import KEY_INSPECT, wait_memorized
+from .conftest import KEY_INSPECT, KEY_TEAM_ADMIN, wait_memorized
 
 SHOTS = Path(os.environ.get("MEMSERVE_SCREENSHOTS") or tempfile.mkdtemp(prefix="inspector-shots-"))
 DESKTOP, PHONE = (1280, 860), (390, 844)
@@ -244,5 +244,32 @@ def test_pages_read_with_javascript_blocked_fit_a_phone_and_work_by_keyboard(wor
         WebDriverWait(blocked, 15).until(lambda d: d.current_url.endswith("/ui"))
         blocked.get(f"{world['url']}/ui/sessions/{world['sid']}")
         assert blocked.find_element(By.ID, "checkpoint-boundary").is_displayed()
+    finally:
+        blocked.quit()
+
+
+def test_a_space_and_its_provenance_read_with_javascript_blocked(service_url):
+    """Tenant "team"'s admin: a space with a memory an agent wrote and one promoted from a user."""
+    space, user = f"crew-{uuid.uuid4().hex[:6]}", f"rosa-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=service_url, timeout=60, headers={"X-API-Key": KEY_TEAM_ADMIN}) as api:
+        api.post("/v1/spaces", json={"space_id": space}).raise_for_status()
+        note = {"text": "Standup moved to 09:30.", "agent_id": "scheduler"}
+        api.post(f"/v1/spaces/{space}/memories", json=note).raise_for_status()
+        own = api.post(f"/v1/users/{user}/memories", json={"text": "Rosa owns the release checklist."}).json()
+        api.post(f"/v1/users/{user}/memories/{own['id']}/promote", json={"space": space}).raise_for_status()
+    blocked = _driver(javascript=False)
+    try:
+        blocked.get(f"{service_url}/ui/login")
+        blocked.find_element(By.ID, "api_key").send_keys(KEY_TEAM_ADMIN, Keys.ENTER)
+        WebDriverWait(blocked, 15).until(lambda d: d.current_url.endswith("/ui"))
+        blocked.find_element(By.LINK_TEXT, "Spaces").click()
+        _wait_url(blocked, "/ui/spaces")
+        row = blocked.find_element(By.CSS_SELECTOR, f"#spaces tr[data-space='{space}']")
+        assert row.find_element(By.CSS_SELECTOR, "[data-role]").text == "admin"
+        row.find_element(By.LINK_TEXT, space).click()
+        _wait_url(blocked, f"/ui/spaces/{space}")
+        memories = blocked.find_element(By.ID, "memories").text
+        assert "agent scheduler" in memories and f"promoted from {user}" in memories
+        _shot(blocked, "space")
     finally:
         blocked.quit()

@@ -8,7 +8,7 @@ import time
 from starlette.requests import Request
 
 from serve_app.api.inspector.router import _cross_site, _invalid_fields, _safe_next
-from serve_app.api.inspector.views import budget_bar, log_rows, omitted_seqs
+from serve_app.api.inspector.views import budget_bar, log_rows, named_spaces, omitted_seqs
 from serve_app.core.inspector_auth import SessionSigner
 from serve_app.core.timings import RecentTimings
 
@@ -99,3 +99,8 @@ def test_sign_in_returns_only_to_the_inspector_and_actions_take_only_ids():
     assert _invalid_fields({"user_id": "alice", "memory_id": "m-1"}) is None
     for bad in ("", "alice/facts/k", "../x", "a" * 129, "a b"):
         assert _invalid_fields({"user_id": bad}), bad
+
+
+def test_the_spaces_field_names_each_space_once_in_order():
+    assert named_spaces("") == [] and named_spaces(" , ,") == []
+    assert named_spaces(" team-a, ops ,team-a,") == ["team-a", "ops"]

@@ -17,9 +17,10 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from fastapi.templating import Jinja2Templates
 
 from serve_app.api.inspector.api_client import ApiError, InspectorApi
-from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, omitted_seqs
+from serve_app.api.inspector.views import ACTIONS, budget_bar, log_rows, named_spaces, omitted_seqs
 from serve_app.core.ids import ID_PATTERN, MAX_ID_LENGTH
 from serve_app.core.inspector_auth import COOKIE, CSRF_FIELD, InspectorSession
+from serve_app.core.spaces import MAX_SPACES_PER_REQUEST
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memories import MAX_RESULT_WINDOW
 
@@ -29,6 +30,8 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 ASSETS = {"inspector.css": "text/css", "inspector.js": "text/javascript"}
 LOG_PAGE = 50
 MEMORY_PAGE = 50
+SPACES_FIELD = MAX_SPACES_PER_REQUEST * (MAX_ID_LENGTH + 2)
+"""The longest spaces field: as many names as a request may name, with their separators."""
 
 # The pages hold memories: never cached, never framed, no script but our own.
 SECURITY_HEADERS = {
@@ -221,14 +224,18 @@ async def user(request: Request, user_id: str, offset: int = Query(0, ge=0, le=M
 
 @router.get("/users/{user_id}/search", response_class=HTMLResponse)
 async def search(
-    request: Request, user_id: str, query: str = Query("", max_length=8192), top_k: int = Query(10, ge=1, le=100)
+    request: Request,
+    user_id: str,
+    query: str = Query("", max_length=8192),
+    top_k: int = Query(10, ge=1, le=100),
+    spaces: str = Query("", max_length=SPACES_FIELD),
 ) -> Response:
     async def build(api: InspectorApi) -> dict[str, Any]:
         explained = None
         if query.strip():
-            body = {"query": query, "top_k": top_k, "explain": True}
+            body = {"query": query, "top_k": top_k, "explain": True, "spaces": named_spaces(spaces)}
             explained = await api.post(f"/v1/users/{_q(user_id)}/memories/search", body)
-        return {"user_id": user_id, "query": query, "top_k": top_k, "explained": explained}
+        return {"user_id": user_id, "query": query, "top_k": top_k, "spaces": spaces, "explained": explained}
 
     return await _page(request, "search.html", build)
 
@@ -240,6 +247,34 @@ async def fact(request: Request, user_id: str, key: str) -> Response:
         return {"user_id": user_id, "key": key, "history": sorted(history, key=lambda f: f["valid_from"], reverse=True)}
 
     return await _page(request, "fact.html", build)
+
+
+@router.get("/spaces", response_class=HTMLResponse)
+async def space_list(request: Request) -> Response:
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        return {"spaces": await api.get("/v1/spaces")}
+
+    return await _page(request, "spaces.html", build)
+
+
+@router.get("/spaces/{space_id}", response_class=HTMLResponse)
+async def space(request: Request, space_id: str, after: str = Query("", max_length=MAX_ID_LENGTH)) -> Response:
+    """The space first: a key without a grant gets the API's 404 before anything of it is read."""
+
+    async def build(api: InspectorApi) -> dict[str, Any]:
+        base = f"/v1/spaces/{_q(space_id)}"
+        info = await api.get(base)
+        memories = await api.get(f"{base}/memories", after=after or None, limit=MEMORY_PAGE)
+        return {
+            "space": info,
+            "memories": memories,
+            "facts": await api.get(f"{base}/facts"),
+            "grants": await api.get(f"{base}/grants") if info["role"] == "admin" else None,
+            "after": after,
+            "next_after": memories[-1]["id"] if len(memories) == MEMORY_PAGE else None,
+        }
+
+    return await _page(request, "space.html", build)
 
 
 @router.get("/sessions/{session_id}", response_class=HTMLResponse)
@@ -267,18 +302,26 @@ async def next_prompt(
     query: str = Query("", max_length=8192),
     max_tokens: int = Query(8192, ge=256, le=1_048_576),
     system_prompt: str = Query("", max_length=65536),
+    spaces: str = Query("", max_length=SPACES_FIELD),
 ) -> Response:
     settings = _deps(request).settings
+    shared = named_spaces(spaces)
 
     async def build(api: InspectorApi) -> dict[str, Any]:
         info = await api.get(f"/v1/sessions/{_q(session_id)}")
-        body: dict[str, Any] = {"user_id": info["user_id"], "session_id": session_id, "query": query, "max_tokens": max_tokens}
+        body: dict[str, Any] = {
+            "user_id": info["user_id"],
+            "session_id": session_id,
+            "query": query,
+            "max_tokens": max_tokens,
+            "spaces": shared,
+        }
         if system_prompt:
             body["system_prompt"] = system_prompt
         context = await api.post("/v1/context", body)
         explained = None
         if query.strip() and settings.recall_top_k:
-            search_body = {"query": query, "top_k": min(100, settings.recall_top_k), "explain": True}
+            search_body = {"query": query, "top_k": min(100, settings.recall_top_k), "explain": True, "spaces": shared}
             explained = await api.post(f"/v1/users/{_q(info['user_id'])}/memories/search", search_body)
         unsummarized = await api.get(f"/v1/sessions/{_q(session_id)}/messages", after=info["covers_upto_seq"], limit=1000)
         return {
@@ -286,6 +329,7 @@ async def next_prompt(
             "query": query,
             "max_tokens": max_tokens,
             "system_prompt": system_prompt,
+            "spaces": spaces,
             "context": context,
             "bar": budget_bar(context["usage"]),
             "omitted": omitted_seqs(unsummarized["messages"], context["included_seqs"]),

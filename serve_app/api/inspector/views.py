@@ -108,3 +108,9 @@ def log_rows(messages: list[dict[str, Any]], info: dict[str, Any]) -> list[LogRo
     if covers and messages and int(messages[0]["seq"]) == covers + 1:
         rows.insert(0, LogRow(None))  # the page starts after the boundary: show it on top
     return rows
+
+
+def named_spaces(text: str) -> list[str]:
+    """The spaces a comma-separated field names, each once, in order; the API checks each name and
+    the key's grant on it, so a bad one comes back as the API's own error."""
+    return list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
