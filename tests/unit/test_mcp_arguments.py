@@ -30,11 +30,11 @@ def _properties(schema: dict):
 
 
 async def test_arguments_are_the_request_fields_flat(tools):
-    assert tools["add_memory"]["properties"].keys() == {"user_id", "text", "id", "created_at"}
+    assert tools["add_memory"]["properties"].keys() == {"user_id", "text", "id", "created_at", "agent_id"}
     assert tools["add_memory"]["required"] == ["user_id", "text"]
-    assert tools["search_memory"]["properties"].keys() == {"user_id", "query", "top_k", "min_score", "explain"}
+    assert tools["search_memory"]["properties"].keys() == {"user_id", "query", "top_k", "min_score", "explain", "spaces"}
     assert tools["append_messages"]["required"] == ["session_id", "user_id", "messages"]
-    assert tools["set_fact"]["properties"].keys() == {"user_id", "key", "value", "category", "source_session", "source_seqs"}
+    assert tools["set_fact"]["properties"].keys() == {"user_id", "key", "value", "category", "source_session", "source_seqs", "agent_id"}
     nested = [f"{tool}.{name}" for tool, schema in tools.items() for name, prop in schema["properties"].items() if "$ref" in prop]
     assert not nested, nested
 
