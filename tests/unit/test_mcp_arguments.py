@@ -34,7 +34,8 @@ async def test_arguments_are_the_request_fields_flat(tools):
     assert tools["add_memory"]["required"] == ["user_id", "text"]
     assert tools["search_memory"]["properties"].keys() == {"user_id", "query", "top_k", "min_score", "explain", "spaces"}
     assert tools["append_messages"]["required"] == ["session_id", "user_id", "messages"]
-    assert tools["set_fact"]["properties"].keys() == {"user_id", "key", "value", "category", "source_session", "source_seqs", "agent_id"}
+    fact_fields = {"user_id", "key", "value", "category", "source_session", "source_seqs", "agent_id"}
+    assert tools["set_fact"]["properties"].keys() == fact_fields
     nested = [f"{tool}.{name}" for tool, schema in tools.items() for name, prop in schema["properties"].items() if "$ref" in prop]
     assert not nested, nested
 
