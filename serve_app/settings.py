@@ -105,6 +105,12 @@ class Settings(BaseSettings):
     )
     ui_session_max_age_s: int = Field(12 * 3600, ge=60, description="How long an inspector sign-in lasts.")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413 before parsing.")
+    max_import_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="The largest archive `POST /v1/users/{uid}/import` takes (its own limit: an archive with vectors "
+        "outgrows max_body_bytes at a couple of thousand memories; it is read whole before anything is written).",
+    )
     session_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="Session log TTL from the last write.")
 
     default_max_tokens: int = Field(8192, ge=256, description="Context budget of a /v1/context request that gives no max_tokens.")

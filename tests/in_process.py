@@ -42,14 +42,20 @@ def replica_dependencies(settings: Settings, stores: Stores, embed: EmbedMany | 
 
 @asynccontextmanager
 async def in_process_client(
-    backends, *, mcp: bool = False, base_url: str = "http://127.0.0.1:8000", **settings_args
+    backends,
+    *,
+    mcp: bool = False,
+    base_url: str = "http://127.0.0.1:8000",
+    embed: EmbedMany | None = None,
+    **settings_args,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app built from `settings_args` (plus the backends' URLs). With `mcp`, the app's
     lifespan runs (the MCP session manager): enter it in the test itself, since a lifespan must end in
-    the task it began in, and an assertion inside it surfaces wrapped in an exception group."""
+    the task it began in, and an assertion inside it surfaces wrapped in an exception group. `embed`:
+    the real model, for tests that write memories."""
     settings = Settings(**backends.env, milvus_collection="request_edges", **settings_args)
     stores = await Stores.connect(settings)
-    app = create_http_app(replica_dependencies(settings, stores))
+    app = create_http_app(replica_dependencies(settings, stores, embed))
     try:
         async with AsyncExitStack() as stack:
             if mcp:

@@ -3,10 +3,14 @@ body; a body without one (chunked) is counted as it arrives and cut off at the l
 
 from __future__ import annotations
 
+import re
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.api.error_responses import error_response, openai_shaped
 from serve_app.errors import PayloadTooLarge
+
+IMPORT_PATH = re.compile(r"/v1/users/[^/]+/import")
 
 
 class _OverLimit(Exception):
@@ -53,30 +57,37 @@ class BodySizeLimit:
     middleware: Starlette's `@app.middleware("http")` wraps every response in a stream, a cost on
     every request. Serve logs each request itself, so this one only guards."""
 
-    def __init__(self, inner: ASGIApp, limit: int):
+    def __init__(self, inner: ASGIApp, limit: int, import_limit: int | None = None):
         self.inner = inner
         self.limit = limit
+        self.import_limit = limit if import_limit is None else import_limit
+
+    def _limit(self, scope: Scope) -> int:
+        """An archive import has a limit of its own: a user's archive outgrows any other body."""
+        path: str = scope.get("path", "")
+        return self.import_limit if scope.get("method") == "POST" and IMPORT_PATH.fullmatch(path) else self.limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+        limit = self._limit(scope)
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit():
-            if int(declared) > self.limit:
-                too_large = f"request body of {int(declared)} bytes is over the {self.limit}-byte limit"
+            if int(declared) > limit:
+                too_large = f"request body of {int(declared)} bytes is over the {limit}-byte limit"
                 await self._refuse(too_large, scope, receive, send)
                 return
             await self.inner(scope, receive, send)
             return
-        counted = _CountedBody(receive, send, self.limit)
+        counted = _CountedBody(receive, send, limit)
         try:
             await self.inner(scope, counted.receive, counted.send)
         except Exception:  # whatever the app made of the cut body (an exception group, say)
             if not counted.over:
                 raise
         if counted.over and not counted.started:
-            await self._refuse(f"request body is over the {self.limit}-byte limit", scope, receive, send)
+            await self._refuse(f"request body is over the {limit}-byte limit", scope, receive, send)
 
     async def _refuse(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
         await error_response(PayloadTooLarge(message), openai=openai_shaped(scope))(scope, receive, send)

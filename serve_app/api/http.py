@@ -64,7 +64,7 @@ def create_http_app(deps: Dependencies) -> FastAPI:
     )
     app.state.dependencies = deps
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, limit=deps.settings.max_body_bytes, import_limit=deps.settings.max_import_bytes)
     if not deps.keyring.enabled:  # outermost: a refused host's request is not even read
         app.add_middleware(HostGuard, policy=HostPolicy(deps.settings.allowed_hosts))
     for router in ROUTERS:
