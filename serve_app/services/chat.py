@@ -62,7 +62,7 @@ from serve_app.services.chat_conversation import Conversation, conversation
 from serve_app.services.context import build_working_memory
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.quota import check_memory_quota
-from serve_app.services.spaces import granted_owners, require
+from serve_app.services.spaces import check_space_quota, granted_owners, require
 from serve_app.stores.chat_calls import CallRecord
 
 logger = logging.getLogger("ray.serve")
@@ -262,6 +262,7 @@ async def chat_completion(
     shared = await granted_owners(deps, caller, talk.spaces)
     if talk.write_space is not None:
         await require(deps, caller, talk.write_space, "write")
+        await check_space_quota(deps, tenant, talk.write_space, len(talk.turns) + 1)
     store = request.store is not False
     retry = chat_calls.retry_key(request, talk, headers) if store else None
     call = await _resolve(deps, tenant, talk, retry)

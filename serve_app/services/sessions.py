@@ -12,7 +12,7 @@ from serve_app.runtime import tracing
 from serve_app.services.dependencies import Dependencies
 from serve_app.services.memory_writes import delete_memories
 from serve_app.services.quota import check_memory_quota
-from serve_app.services.spaces import require
+from serve_app.services.spaces import check_space_quota, require
 from serve_app.stores.session_log import SessionMeta
 
 
@@ -42,6 +42,7 @@ async def _append(deps: Dependencies, caller: Caller, session_id: str, body: sch
     await check_memory_quota(deps, caller.tenant, len(body.messages))
     if body.space is not None:
         await require(deps, caller, body.space, "write")
+        await check_space_quota(deps, caller.tenant, body.space, len(body.messages))
     now = datetime.now(UTC)
     stored = [m.stored(now) for m in body.messages]
     written_by = {k: v for k, v in (("agent_id", body.agent_id), ("space", body.space)) if v is not None}
