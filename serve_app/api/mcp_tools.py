@@ -166,14 +166,7 @@ def build_mcp(deps: Dependencies) -> MCPServer:
     @mcp.tool(description="Store a memory in a memory space the whole team reads (write grant on the space needed).")
     @flattened("memory", schemas.MemoryIn)
     async def add_space_memory(space: SpaceArg, memory: schemas.MemoryIn, ctx: Context) -> schemas.MemoryOut:
-        caller = who(ctx)
-
-        async def adding():
-            owner = await spaces.require(deps, caller, space, "write")
-            await spaces.check_space_quota(deps, caller.tenant, space, 1)
-            return await memories.add_memory(deps, caller.tenant, owner, memory, added_by=caller.actor)
-
-        return await _call(adding())
+        return await _call(spaces.add_space_memory(deps, who(ctx), space, memory))
 
     @mcp.tool(description="Copy one of a user's memories into a memory space, with where it came from (write grant).")
     @flattened("promote", schemas.PromoteIn)

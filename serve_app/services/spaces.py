@@ -16,7 +16,7 @@ from serve_app.core.spaces import Role, denied, space_owner, unique
 from serve_app.errors import Conflict, FactNotFound, Forbidden, MemoryNotFound, QuotaExceeded, SpaceForbidden, SpaceNotFound
 from serve_app.services.audit import record
 from serve_app.services.dependencies import Dependencies
-from serve_app.services.memories import memory_out
+from serve_app.services.memories import add_memory, memory_out
 from serve_app.services.memory_writes import Provenance, delete_memories, memory_row, save_memories
 from serve_app.services.quota import check_memory_quota
 from serve_app.services.users import fact_out
@@ -114,13 +114,20 @@ async def revoke_grant(deps: Dependencies, who: Caller, space_id: str, principal
 
 
 async def check_space_quota(deps: Dependencies, tenant: str, space_id: str, adding: int) -> None:
-    """The tenant's quota, then the space's own (0: none of its own)."""
-    await check_memory_quota(deps, tenant, adding)
+    """The space's own quota (0: none of its own); every write checks the tenant's too, where it
+    checks it for a user's."""
     space = await deps.stores.spaces.get(tenant, space_id)
     if space is not None and space.quota_memories > 0:
         used = await deps.stores.spaces.memory_count(tenant, space_owner(space_id))
         if used + adding > space.quota_memories:
             raise QuotaExceeded(space.quota_memories, used)
+
+
+async def add_space_memory(deps: Dependencies, who: Caller, space: str, body: schemas.MemoryIn) -> schemas.MemoryOut:
+    """A memory added to a space directly (write grant), within the space's quota and the tenant's."""
+    owner = await require(deps, who, space, "write")
+    await check_space_quota(deps, who.tenant, space, 1)
+    return await add_memory(deps, who.tenant, owner, body, added_by=who.actor)
 
 
 async def promote_memory(
@@ -136,6 +143,7 @@ async def promote_memory(
     copy_id = promoted_memory_id(who.tenant, owner, user_id, memory_id)
     if held := await deps.stores.keywords.fetch(who.tenant, owner, [copy_id]):
         return memory_out(held[0])
+    await check_memory_quota(deps, who.tenant, 1)
     await check_space_quota(deps, who.tenant, body.space, 1)
     stored = await deps.stores.vectors.vectors_of(who.tenant, user_id, [memory_id])
     vector = stored.get(memory_id) or (await deps.embed_documents([source.text]))[0]

@@ -58,9 +58,7 @@ async def revoke_grant(deps: Deps, who: Who, space_id: str = SpaceId, principal:
 
 @router.post("/v1/spaces/{space_id}/memories", response_model=schemas.MemoryOut, summary="Add a memory to a space (write)")
 async def add_memory(body: schemas.MemoryIn, deps: Deps, who: Who, space_id: str = SpaceId) -> schemas.MemoryOut:
-    owner = await spaces.require(deps, who, space_id, "write")
-    await spaces.check_space_quota(deps, who.tenant, space_id, 1)
-    return await memories.add_memory(deps, who.tenant, owner, body, added_by=who.actor)
+    return await spaces.add_space_memory(deps, who, space_id, body)
 
 
 @router.get("/v1/spaces/{space_id}/memories", response_model=list[schemas.MemoryOut], summary="A space's memories (read)")
