@@ -192,7 +192,9 @@ def test_forget_a_user_removes_everything(client):
 
     r = client.delete(f"/v1/users/{user}")
     assert r.status_code == 200, r.text
-    assert r.json()["details"] == {"sessions": 2, "vectors": 3, "keywords": 3, "facts": 2}
+    assert r.json()["details"] == {
+        "sessions": 2, "vectors": 3, "keywords": 3, "facts": 2, "promoted_memories": 0, "promoted_facts": 0,
+    }
     for sid in sessions:
         assert client.get(f"/v1/sessions/{sid}").status_code == 404
     assert client.get(f"/v1/users/{user}/sessions").json()["sessions"] == []

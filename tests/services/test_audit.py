@@ -31,7 +31,9 @@ async def test_an_audited_delete_is_read_back_with_its_actor_way_in_target_and_c
         ("delete_session", "api", {"session_id": session}),
     ]
     assert {e.actor for e in page.entries} == {f"key:{caller.key_digest[:12]}"}
-    assert page.entries[0].result == {"sessions": 0, "vectors": 0, "keywords": 0, "facts": 1}
+    assert page.entries[0].result == {
+        "sessions": 0, "vectors": 0, "keywords": 0, "facts": 1, "promoted_memories": 0, "promoted_facts": 0,
+    }
     assert page.entries[1].result == {"session": 1, "vectors": 0, "keywords": 0} and page.next_before is None
 
     newest = await audit_page(deps, tenant, before=None, limit=1)
