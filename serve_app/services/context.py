@@ -122,15 +122,10 @@ async def _build(
     fact_space: dict[int, str] = {}  # id of a space's fact -> its space
 
     async def session_part():
-        meta = await stores.log.meta(tenant, req.session_id)
-        if meta is None:
-            return None, []
-        if meta.user_id != req.user_id:
+        meta, turns = await stores.log.uncovered(tenant, req.session_id, upto=history_upto)
+        if meta is not None and meta.user_id != req.user_id:
             raise SessionOwnerError(meta.user_id)
-        limit = -1 if history_upto is None else max(0, history_upto - meta.covers_upto_seq)
-        if limit == 0:
-            return meta, []
-        return meta, await stores.log.read(tenant, req.session_id, after=meta.covers_upto_seq, limit=limit)
+        return meta, turns
 
     async def recall_part() -> list[Hit]:
         try:

@@ -98,6 +98,21 @@ async def test_checkpoint_compare_and_set(log):
     assert meta.message_count == 6  # compaction never deletes
 
 
+async def test_the_uncovered_turns_are_those_past_the_summary_read_with_the_meta_at_once(log):
+    sid = _sid()
+    assert await log.uncovered("t", sid) == (None, [])
+    await log.append("t", sid, "u", [{"role": "user", "content": str(i)} for i in range(6)])
+    meta, turns = await log.uncovered("t", sid)
+    assert meta == await log.meta("t", sid) and [t["seq"] for t in turns] == [1, 2, 3, 4, 5, 6]
+    await log.write_checkpoint("t", sid, expected_version=0, summary="s1", covers_upto_seq=3, degraded=False, state=None)
+    meta, turns = await log.uncovered("t", sid)
+    assert (meta.summary, meta.covers_upto_seq, meta.message_count) == ("s1", 3, 6)
+    assert turns == await log.read("t", sid, after=3)
+    for upto in range(0, 8):  # a chat call's view: the log as it stood at seq `upto`
+        _, upto_turns = await log.uncovered("t", sid, upto=upto)
+        assert [t["content"] for t in upto_turns] == [str(i) for i in range(3, min(upto, 6))]
+
+
 async def test_cursor_and_pending(log):
     sid = _sid()
     await log.append("t", sid, "u", [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])

@@ -62,6 +62,21 @@ redis.call('ZREM', KEYS[6], ARGV[2])
 return removed
 """
 
+# KEYS: meta, log. ARGV: the last seq to read, -1 for the newest. Returns {} for no session, else
+# {meta as HGETALL's pairs, the log's length, the turns after the summary's cover up to that seq}.
+_UNCOVERED = """
+local data = redis.call('HGETALL', KEYS[1])
+if #data == 0 then return {} end
+local covers = 0
+for i = 1, #data, 2 do
+  if data[i] == 'covers_upto_seq' then covers = tonumber(data[i + 1]) end
+end
+local count = redis.call('LLEN', KEYS[2])
+local upto = tonumber(ARGV[1])
+if upto >= 0 and upto <= covers then return {data, count, {}} end
+return {data, count, redis.call('LRANGE', KEYS[2], covers, upto >= 0 and upto - 1 or -1)}
+"""
+
 
 @dataclass
 class AppendResult:
@@ -97,6 +112,10 @@ class SessionTurns(SessionLogConnection):
     def _delete(self) -> AsyncScript:
         return self.redis.register_script(_DELETE)
 
+    @cached_property
+    def _uncovered(self) -> AsyncScript:
+        return self.redis.register_script(_UNCOVERED)
+
     async def append(self, tenant: str, session: str, user: str, messages: list[dict[str, Any]]) -> AppendResult:
         """Append messages atomically; a message whose client id was seen returns its first seq.
         Confirmed by replicas: a lost append gives its seqs to other messages after a failover. If
@@ -127,23 +146,22 @@ class SessionTurns(SessionLogConnection):
             pipe.hgetall(meta_key)
             pipe.llen(log_key)
             data, count = await pipe.execute()
-        if not data:
-            return None
-        state = data.get("summary_state")
-        return SessionMeta(
-            user_id=data["user_id"],
-            message_count=int(count),
-            covers_upto_seq=int(data.get("covers_upto_seq", 0)),
-            memorized_upto_seq=int(data.get("memorized_upto_seq", 0)),
-            extracted_upto_seq=int(data.get("extracted_upto_seq", 0)),
-            version=int(data.get("version", 0)),
-            summary=data.get("summary", ""),
-            summary_degraded=data.get("summary_degraded") == "1",
-            summary_state=json.loads(state) if state else None,
-            created_at_ms=int(data.get("created_at", 0)),
-            updated_at_ms=int(data.get("updated_at", 0)),
-            remembered_upto_seq=int(data.get("remembered_upto_seq", 0)),
-        )
+        return _session_meta(data, int(count)) if data else None
+
+    async def uncovered(
+        self, tenant: str, session: str, upto: int | None = None
+    ) -> tuple[SessionMeta | None, list[dict[str, Any]]]:
+        """The session's meta and its turns after the summary's cover (up to seq `upto`, else all),
+        read at one instant in one round trip: the prompt's recent turns are exactly those the
+        summary it shows does not cover, whatever a compaction does meanwhile."""
+        meta_key, log_key, _ = self._keys(tenant, session)
+        out = await self._uncovered(keys=[meta_key, log_key], args=[-1 if upto is None else upto])
+        if not out:
+            return None, []
+        pairs, count, raw = out
+        meta = _session_meta(dict(zip(pairs[::2], pairs[1::2], strict=True)), int(count))
+        after = meta.covers_upto_seq
+        return meta, [json.loads(item) | {"seq": after + i + 1} for i, item in enumerate(raw)]
 
     async def read(self, tenant: str, session: str, after: int = 0, limit: int = -1) -> list[dict[str, Any]]:
         """Messages with seq > after (at most `limit`, -1 for all), each with its seq."""
@@ -160,3 +178,21 @@ class SessionTurns(SessionLogConnection):
         keys = [meta_key, log_key, ids_key, *self._lanes(tenant, session), self._user_index(tenant, owner, session)]
         removed = await self.writes.script(self._delete, keys, [self.pending_member(tenant, session), session])
         return bool(int(removed))
+
+
+def _session_meta(data: dict[str, str], count: int) -> SessionMeta:
+    state = data.get("summary_state")
+    return SessionMeta(
+        user_id=data["user_id"],
+        message_count=count,
+        covers_upto_seq=int(data.get("covers_upto_seq", 0)),
+        memorized_upto_seq=int(data.get("memorized_upto_seq", 0)),
+        extracted_upto_seq=int(data.get("extracted_upto_seq", 0)),
+        version=int(data.get("version", 0)),
+        summary=data.get("summary", ""),
+        summary_degraded=data.get("summary_degraded") == "1",
+        summary_state=json.loads(state) if state else None,
+        created_at_ms=int(data.get("created_at", 0)),
+        updated_at_ms=int(data.get("updated_at", 0)),
+        remembered_upto_seq=int(data.get("remembered_upto_seq", 0)),
+    )
