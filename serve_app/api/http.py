@@ -40,7 +40,15 @@ def _telemetry() -> dict[str, Any]:
     environments pin one): there the memory operation's span is the root (docs/operations/tracing.md)."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
-    return {"telemetry": {"tracing": tracing.enabled(), "tracer_provider": tracing.provider(), "operation_spans": False}}
+    return {
+        "telemetry": {
+            "tracing": tracing.enabled(),
+            "tracer_provider": tracing.provider(),
+            "operation_spans": False,
+            "metrics": False,  # the replica's metrics are Ray's (Prometheus); the same histograms twice cost twice
+            "logs": False,
+        }
+    }
 
 
 def create_http_app(deps: Dependencies) -> FastAPI:

@@ -22,7 +22,6 @@ from serve_app.core.rerank import reordered, rerank
 from serve_app.core.timeframe import query_timeframe
 from serve_app.encoding import EmbedOne
 from serve_app.errors import RecallUnavailable
-from serve_app.runtime import tracing
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
 
@@ -81,8 +80,7 @@ async def recall(
     owner_of: dict[str, str] = {}
 
     async def dense_side() -> list[tuple[str, float, int]]:
-        with tracing.span("memory.embed_query"):
-            vector = await embed_one(query)
+        vector = await embed_one(query)
         if not shared:
             return await stores.vectors.search_dense_ids(tenant, user, vector, limit=candidates)
         found = await stores.vectors.search_dense_ids_of(tenant, owners, vector, limit=candidates)

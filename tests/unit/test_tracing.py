@@ -77,6 +77,19 @@ async def test_store_spans_nest_in_the_operation_and_only_there(spans):
     assert _Store.sync_method(store) == 1
 
 
+async def test_a_store_call_that_fails_ends_its_span_as_an_error_and_raises(spans):
+    @tracing.traced_store("postgresql")
+    class Broken:
+        async def write(self) -> None:
+            raise ConnectionError("server closed the connection")
+
+    with tracing.span("memory.append"), pytest.raises(ConnectionError):
+        await Broken().write()
+    (call,) = [s for s in spans.get_finished_spans() if s.name == "Broken.write"]
+    assert call.status.status_code.name == "ERROR" and "ConnectionError" in call.status.description
+    assert [e.name for e in call.events] == ["exception"] and call.end_time is not None
+
+
 async def test_a_carrier_makes_the_callee_span_a_child_in_another_context(spans):
     with tracing.span("ingress", kind="server") as caller:
         carrier = tracing.carrier()
