@@ -9,6 +9,7 @@ pure budgeting, and another Serve hop would only add latency.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 from fastapi import FastAPI
@@ -134,6 +135,9 @@ class Ingress:
             llm=llm_client(self.settings),
         )
         logger.info("ingress settings: %s", self.settings.redacted())
+        # What the replica loaded to start (torch, the model, Ray, pydantic) lives as long as it does:
+        # out of the collector's sight, a full collection walks only what requests left behind.
+        gc.freeze()
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """Serve calls this once the constructor ran: the app is this replica's, with its state."""
