@@ -160,15 +160,13 @@ class SessionTurns(SessionLogConnection):
             return None, []
         pairs, count, raw = out
         meta = _session_meta(dict(zip(pairs[::2], pairs[1::2], strict=True)), int(count))
-        after = meta.covers_upto_seq
-        return meta, [json.loads(item) | {"seq": after + i + 1} for i, item in enumerate(raw)]
+        return meta, _turns(raw, after=meta.covers_upto_seq)
 
     async def read(self, tenant: str, session: str, after: int = 0, limit: int = -1) -> list[dict[str, Any]]:
         """Messages with seq > after (at most `limit`, -1 for all), each with its seq."""
         _, log_key, _ = self._keys(tenant, session)
         stop = -1 if limit < 0 else after + limit - 1
-        raw = await self.redis.lrange(log_key, after, stop)
-        return [json.loads(item) | {"seq": after + i + 1} for i, item in enumerate(raw)]
+        return _turns(await self.redis.lrange(log_key, after, stop), after=after)
 
     async def delete(self, tenant: str, session: str) -> bool:
         """Delete the session's log and its lane entries in one script (one slot: atomic on a cluster
@@ -178,6 +176,11 @@ class SessionTurns(SessionLogConnection):
         keys = [meta_key, log_key, ids_key, *self._lanes(tenant, session), self._user_index(tenant, owner, session)]
         removed = await self.writes.script(self._delete, keys, [self.pending_member(tenant, session), session])
         return bool(int(removed))
+
+
+def _turns(raw: list[str], *, after: int) -> list[dict[str, Any]]:
+    """Stored turns read from seq `after` + 1 on, each with its seq (its place in the list)."""
+    return [json.loads(item) | {"seq": after + i + 1} for i, item in enumerate(raw)]
 
 
 def _session_meta(data: dict[str, str], count: int) -> SessionMeta:
