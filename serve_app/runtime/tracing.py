@@ -291,7 +291,7 @@ def configure(settings: Settings, component: str, *, exporter: SpanExporter | No
     resource = Resource.create({"memserve.deployment": component})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=_hashed_once(resource))
     for processor in [SimpleSpanProcessor(exporter)] if exporter is not None else _processors(settings):
         provider.add_span_processor(processor)
     _state.kinds = _kinds()
@@ -303,6 +303,23 @@ def configure(settings: Settings, component: str, *, exporter: SpanExporter | No
     if _global_provider_unset():
         trace.set_tracer_provider(provider)  # so that libraries' own instrumentation joins the same traces
     return True
+
+
+def _hashed_once(resource: Any) -> Any:
+    """The same resource, its hash computed once: the OTLP encoder groups every span of a batch by
+    resource, and the SDK's `Resource.__hash__` dumps all its attributes as JSON each time; a
+    process's resource never changes after start."""
+    from opentelemetry.sdk.resources import Resource
+
+    class _Resource(Resource):
+        def __init__(self, attributes: Any, schema_url: str | None) -> None:
+            super().__init__(attributes, schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+    return _Resource(resource.attributes, resource.schema_url)
 
 
 def _global_provider_unset() -> bool:

@@ -4,6 +4,7 @@ its pages of memory spaces, read with the signed-in key's grants."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -216,7 +217,9 @@ def test_a_key_without_a_grant_sees_nothing_of_a_space(shared_space, service_url
         assert page.status_code == 404 and 'id="error-detail"' in page.text
         search = stranger.get(f"/ui/users/{user}/search", params={"query": "deploy freeze", "spaces": space})
         assert search.status_code == 404
-        for refused in (page, search):
+        archive = stranger.get(f"/v1/spaces/{space}/export")  # the download link's target, with the cookie
+        assert archive.status_code == 404
+        for refused in (page, search, archive):
             assert "deploy freeze starts" not in refused.text and "on-call rota" not in refused.text
             assert "planner" not in refused.text and shared_space["promoted"]["id"] not in refused.text
 
@@ -245,6 +248,35 @@ def test_a_space_page_shows_its_memories_with_their_provenance_and_its_grants_to
         page = reader.get(f"/ui/spaces/{space}")
         assert page.status_code == 200 and "deploy freeze starts" in page.text and "agent planner" in page.text
         assert 'id="grants"' not in page.text  # the grants are its admin's to see
+        link = f'id="space-export" href="/v1/spaces/{space}/export" download'
+        assert link in page.text
+        download = reader.get(f"/v1/spaces/{space}/export")  # what the link gives a browser signed in as the reader
+        assert download.status_code == 200 and "attachment" in download.headers["content-disposition"]
+        lines = [json.loads(line) for line in download.text.splitlines()]
+        assert lines[0]["type"] == "archive" and lines[-1]["type"] == "end"
+        texts = {line["text"] for line in lines if line["type"] == "memory"}
+        assert texts == {"The deploy freeze starts on Friday at noon.", "Ana keeps the on-call rota <b>in the wiki</b>."}
+        assert [line["value"] for line in lines if line["type"] == "fact"] == ["Friday"]
+
+
+def test_a_user_page_downloads_the_users_archive_through_the_api(inspector, service_url):
+    user, sid = _id("ex"), _id("es")
+    inspector.post(f"/v1/users/{user}/memories", json={"text": "Ravi's passport number ends in 4471."}).raise_for_status()
+    turn = {"role": "user", "content": "Book the 7:40 train to Lyon."}
+    inspector.post(f"/v1/sessions/{sid}/messages", json={"user_id": user, "messages": [turn]}).raise_for_status()
+    with _browser(service_url, KEY_INSPECT) as browser:
+        page = browser.get(f"/ui/users/{user}").text
+        assert f'id="user-export" href="/v1/users/{user}/export" download' in page
+        download = browser.get(f"/v1/users/{user}/export")  # what the link gives the signed-in browser
+        assert download.status_code == 200 and f'filename="{user}.memserve.jsonl"' in download.headers["content-disposition"]
+    lines = [json.loads(line) for line in download.text.splitlines()]
+    assert lines[0]["type"] == "archive" and lines[0]["user_id"] == user and lines[-1]["type"] == "end"
+    assert [line["session_id"] for line in lines if line["type"] == "session"] == [sid]
+    assert [line["message"]["content"] for line in lines if line["type"] == "message"] == [turn["content"]]
+    assert "Ravi's passport number ends in 4471." in {line["text"] for line in lines if line["type"] == "memory"}
+    with _browser(service_url, KEY_B) as other_tenant:  # another tenant's sign-in downloads an empty archive
+        theirs = [json.loads(line) for line in other_tenant.get(f"/v1/users/{user}/export").text.splitlines()]
+        assert [line["type"] for line in theirs] == ["archive", "end"]
 
 
 def test_search_and_the_next_prompt_read_the_spaces_named_and_label_what_they_recall(shared_space, service_url):

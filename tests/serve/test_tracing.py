@@ -113,8 +113,10 @@ def test_calls_across_deployments_keep_the_trace(client, spans_dir):
     # Ingress -> Memorizer: the compaction runs in the Memorizer, under the request's trace.
     trace_id, caller, headers = _traceparent()
     client.post(f"/v1/sessions/{sid}/compress", headers=headers).raise_for_status()
+    # Each process exports its spans in batches of its own: wait for both sides of the call.
+    sides = {"POST /v1/sessions/{session_id}/compress", "memory.compress", "Memorizer.compress"}
     trace = _of_trace(trace_id)(
-        _wait_spans(spans_dir, lambda spans: any(s["name"] == "Memorizer.compress" for s in _of_trace(trace_id)(spans)))
+        _wait_spans(spans_dir, lambda spans: sides <= {s["name"] for s in _of_trace(trace_id)(spans)})
     )
     by_id = _one_tree(trace, caller)
     (callee,) = [s for s in trace if s["name"] == "Memorizer.compress"]

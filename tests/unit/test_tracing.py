@@ -257,3 +257,21 @@ def test_spans_dir_writes_json_lines(tmp_path):
     assert by_name["inner"]["attributes"] == {"memory.recalled": 2}
     assert by_name["outer"]["resource"]["memserve.deployment"] == "Embedder"
     assert by_name["outer"]["resource"]["service.name"] == "memserve"
+
+
+def test_the_resource_is_hashed_once_and_encodes_as_the_sdks_own(spans, monkeypatch):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+
+    with tracing.span("one"):
+        pass
+    with tracing.span("two"):
+        pass
+    finished = spans.get_finished_spans()
+    ours = finished[0].resource
+    plain = Resource(ours.attributes, ours.schema_url)
+    assert ours == plain and hash(ours) == hash(plain)
+    assert ours.attributes["memserve.deployment"] == "Test"
+    monkeypatch.setattr(Resource, "__hash__", lambda _: pytest.fail("the resource was hashed again"))
+    encoded = encode_spans(finished)
+    assert len(encoded.resource_spans) == 1 and len(encoded.resource_spans[0].scope_spans[0].spans) == 2
