@@ -179,6 +179,11 @@ def _browser(service_url: str, key: str) -> Iterator[httpx.Client]:
         yield browser
 
 
+def _archive(response: httpx.Response) -> list[dict]:
+    """The lines of an exported archive (JSON Lines)."""
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
 def _row(page: str, marker: str) -> str:
     """The table row of a page that carries `marker` (a data attribute)."""
     assert marker in page, marker
@@ -252,7 +257,7 @@ def test_a_space_page_shows_its_memories_with_their_provenance_and_its_grants_to
         assert link in page.text
         download = reader.get(f"/v1/spaces/{space}/export")  # what the link gives a browser signed in as the reader
         assert download.status_code == 200 and "attachment" in download.headers["content-disposition"]
-        lines = [json.loads(line) for line in download.text.splitlines()]
+        lines = _archive(download)
         assert lines[0]["type"] == "archive" and lines[-1]["type"] == "end"
         texts = {line["text"] for line in lines if line["type"] == "memory"}
         assert texts == {"The deploy freeze starts on Friday at noon.", "Ana keeps the on-call rota <b>in the wiki</b>."}
@@ -269,13 +274,13 @@ def test_a_user_page_downloads_the_users_archive_through_the_api(inspector, serv
         assert f'id="user-export" href="/v1/users/{user}/export" download' in page
         download = browser.get(f"/v1/users/{user}/export")  # what the link gives the signed-in browser
         assert download.status_code == 200 and f'filename="{user}.memserve.jsonl"' in download.headers["content-disposition"]
-    lines = [json.loads(line) for line in download.text.splitlines()]
+    lines = _archive(download)
     assert lines[0]["type"] == "archive" and lines[0]["user_id"] == user and lines[-1]["type"] == "end"
     assert [line["session_id"] for line in lines if line["type"] == "session"] == [sid]
     assert [line["message"]["content"] for line in lines if line["type"] == "message"] == [turn["content"]]
     assert "Ravi's passport number ends in 4471." in {line["text"] for line in lines if line["type"] == "memory"}
     with _browser(service_url, KEY_B) as other_tenant:  # another tenant's sign-in downloads an empty archive
-        theirs = [json.loads(line) for line in other_tenant.get(f"/v1/users/{user}/export").text.splitlines()]
+        theirs = _archive(other_tenant.get(f"/v1/users/{user}/export"))
         assert [line["type"] for line in theirs] == ["archive", "end"]
 
 
