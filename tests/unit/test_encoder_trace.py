@@ -80,3 +80,16 @@ def test_a_memory_of_several_sentences_adds_the_mean_of_its_sentences(encoder: S
     batch = np.array(encoder.encode_documents(["ok", text, "Fine. Thanks."]))
     assert float(batch[1] @ np.array(got)) > 0.97 and float(batch[2] @ batch[1]) < 0.9
     assert encoder.encode_documents([]) == []
+
+
+def test_a_batch_comes_back_in_its_order_whatever_the_passes(encoder: SentenceEncoder, monkeypatch):
+    """Texts are regrouped by token count for the model; each vector returns to its text's place."""
+    texts = [TEXTS[2], TEXTS[6], TEXTS[1], TEXTS[4], TEXTS[5]]
+    alone = np.array([encoder._eager([t])[0] for t in texts])
+    monkeypatch.setattr(encoder, "batch_tokens", 1)  # every text its own pass: exactly the single vectors
+    assert np.allclose(encoder._eager(texts), alone, atol=1e-6)
+    monkeypatch.undo()
+    together = encoder._eager(texts)  # 256 tokens at most each: one pass within the budget
+    one_pass = encoder.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=len(texts))
+    assert np.allclose(together, one_pass, atol=1e-5)
+    assert (together @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
