@@ -44,6 +44,10 @@ BACKEND_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     asyncpg.CannotConnectNowError,
+    # A pooled connection whose server died mid-exchange: asyncpg waits on it for a sync that will
+    # never come and refuses the next statement before sending it; the connection is dropped once
+    # its socket is seen closed (SQLAlchemy treats this error as a disconnect too).
+    asyncpg.InternalClientError,
     MilvusException,
     ConnectionError,
     asyncio.TimeoutError,

@@ -102,6 +102,17 @@ def test_an_unreachable_store_is_a_503_to_retry(raised):
     assert response.headers["retry-after"] == "2"
 
 
+def test_a_pooled_connection_broken_by_a_postgres_crash_is_a_503():
+    """PostgreSQL killed under load (tests/reliability): asyncpg can leave a pooled connection in its
+    error-consuming state, and the next statement on it fails before anything is sent. The request
+    did nothing; the connection goes once its socket is seen closed: a retry succeeds."""
+    raised = asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress")
+    response = _get(raised)
+    assert response.status_code == 503, response.text
+    assert response.json() == {"detail": "a backing store is unavailable (InternalClientError); retry later"}
+    assert response.headers["retry-after"] == "2"
+
+
 @pytest.mark.parametrize(
     "raised",
     [
