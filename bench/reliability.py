@@ -123,7 +123,8 @@ class Harness:
                     self.tally.in_flight_ok_on_retry += 1
                 return response
             if response is not None:
-                detail = response.text[:200]
+                # Serve's request id leads to the replica's traceback (logs/serve/replica_*.log).
+                detail = f"{response.text[:200]} [request {response.headers.get('x-request-id', '?')}]"
             wait = 0.1
             if status == 503 and response is not None and response.headers.get("retry-after") and "detail" in response.json():
                 self.tally.documented_503 += 1
@@ -560,6 +561,8 @@ def main() -> None:
     print(_table(report))
     for line in report["tally"].unexpected[:20]:
         print("  unexpected:", line)
+    if report["tally"].unexpected:
+        print(f"  (their tracebacks: {ray_temp_dir(data_dir)}/session_latest/logs/serve/replica_*.log, by request id)")
     for line in report["detail"]:
         print("  lost:", line)
     failures = _failures(report)
