@@ -78,10 +78,10 @@ def spawn(name: str, argv: list[str], log_path: Path, **kwargs) -> subprocess.Po
     """Start a server in a process group of its own (so stopping it stops what it started), its
     output appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
-    return subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
-    )
+    with open(log_path, "ab") as log:  # the child gets a descriptor of its own; the launcher's is closed here
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kwargs
+        )
 
 
 def ensure_port_free(port: int, name: str) -> None:

@@ -38,3 +38,28 @@ def test_an_exited_process_nobody_reaped_is_not_alive():
 def test_no_pid_is_not_alive():
     assert not pid_alive(0)
     assert not pid_alive(-1)
+
+
+
+def test_a_spawned_server_keeps_its_log_open_and_the_launcher_closes_its_copy(tmp_path):
+    """`memserve up` restarts a store that exits: the launcher closes its copy of the log's
+    descriptor itself rather than leaving it to the collector (a ResourceWarning each start)."""
+    import gc
+    import warnings
+
+    import psutil
+
+    from serve_app.embedded.backend import spawn
+
+    log = tmp_path / "logs" / "server.log"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        child = spawn("server", [sys.executable, "-c", "import time; time.sleep(30)"], log)
+        gc.collect()
+    try:
+        assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+        assert str(log) not in [f.path for f in psutil.Process().open_files()]
+        assert str(log) in [f.path for f in psutil.Process(child.pid).open_files()]
+    finally:
+        child.kill()
+        child.wait()
