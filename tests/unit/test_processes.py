@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import warnings
 
+import psutil
+
+from serve_app.embedded.backend import spawn
 from serve_app.runtime.processes import pid_alive
 
 
@@ -40,17 +45,9 @@ def test_no_pid_is_not_alive():
     assert not pid_alive(-1)
 
 
-
 def test_a_spawned_server_keeps_its_log_open_and_the_launcher_closes_its_copy(tmp_path):
     """`memserve up` restarts a store that exits: the launcher closes its copy of the log's
     descriptor itself rather than leaving it to the collector (a ResourceWarning each start)."""
-    import gc
-    import warnings
-
-    import psutil
-
-    from serve_app.embedded.backend import spawn
-
     log = tmp_path / "logs" / "server.log"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
