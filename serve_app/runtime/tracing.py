@@ -72,6 +72,7 @@ _OFF = nullcontext(NO_SPAN)
 class _State:
     tracer: Tracer | None = None
     provider: Any = None
+    leaves: Any = None  # leaf_spans.LeafSpans: store calls' spans
     log_filter: logging.Filter | None = None
     # OpenTelemetry's, looked up once at configure: they are on every traced call's path.
     kinds: dict[str, Any] = {}
@@ -179,7 +180,8 @@ def traced_store(system: str) -> Callable[[type], type]:
     method as `db.operation.name`), inside a traced operation only: the memorizer polls its lanes
     several times a second, and a trace of each poll would bury the traces of the work. A store
     method that calls another gets one span, the outer: the inner calls are the store's business.
-    The span is a leaf, so it is never made current: attaching a context costs on every call."""
+    The span is a leaf, never made current and made whole at its end (`leaf_spans`): five of them
+    in each context request, and the SDK's mutable span was most of what tracing cost one."""
 
     def decorate(cls: type) -> type:
         for klass in reversed(cls.__mro__[:-1]):
@@ -195,21 +197,29 @@ def traced_store(system: str) -> Callable[[type], type]:
 def _store_call(fn: Callable[..., Any], system: str, owner: str) -> Callable[..., Any]:
     name = f"{owner}.{fn.__name__}"
     attributes = {"db.system": system, "db.operation.name": fn.__name__}
+    frozen: list[Any] = []  # the attributes validated once, on the first traced call
 
     @functools.wraps(fn)
     async def call(*args: Any, **kwargs: Any) -> Any:
-        tracer = _state.tracer
-        if tracer is None or _in_store.get() or not _state.current_span().is_recording():
+        leaves = _state.leaves
+        if leaves is None or _in_store.get():
+            return await fn(*args, **kwargs)
+        parent = _state.current_span()
+        if not parent.is_recording():
+            return await fn(*args, **kwargs)
+        if not frozen:
+            frozen.append(leaves.frozen(attributes))
+        leaf = leaves.open(name, frozen[0], parent.get_span_context())
+        if leaf is None:
             return await fn(*args, **kwargs)
         token = _in_store.set(True)
-        span = tracer.start_span(name, kind=_state.kinds["client"], attributes=attributes)
         try:
             result = await fn(*args, **kwargs)
         except BaseException as error:
-            end_span(span, error)
+            leaves.close(leaf, error)
             raise
         else:
-            span.end()
+            leaves.close(leaf)
             return result
         finally:
             _in_store.reset(token)
@@ -291,9 +301,13 @@ def configure(settings: Settings, component: str, *, exporter: SpanExporter | No
     resource = Resource.create({"memserve.deployment": component})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
+    from serve_app.runtime.leaf_spans import LeafSpans
+
     provider = TracerProvider(resource=_hashed_once(resource))
-    for processor in [SimpleSpanProcessor(exporter)] if exporter is not None else _processors(settings):
+    processors = [SimpleSpanProcessor(exporter)] if exporter is not None else _processors(settings)
+    for processor in processors:
         provider.add_span_processor(processor)
+    _state.leaves = LeafSpans(provider, processors, TRACER_NAME)
     _state.kinds = _kinds()
     _state.current_span = trace.get_current_span
     _state.provider = provider
@@ -330,7 +344,7 @@ def _global_provider_unset() -> bool:
 
 def shutdown() -> None:
     """Flush what is left and turn tracing off in this process."""
-    provider, _state.provider, _state.tracer = _state.provider, None, None
+    provider, _state.provider, _state.tracer, _state.leaves = _state.provider, None, None, None
     if _state.log_filter is not None:
         logging.getLogger(LOGGER_NAME).removeFilter(_state.log_filter)
         _state.log_filter = None
