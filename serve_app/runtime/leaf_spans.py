@@ -1,8 +1,8 @@
 """Client spans of store calls, made as the finished spans that span processors receive.
 
-A context request makes five of them, and the SDK's `Tracer.start_span` path (a mutable `Span` with
+A context request makes several, and the SDK's `Tracer.start_span` path (a mutable `Span` with
 its lock, a copy of the attributes, the start hooks, and a second copy as a `ReadableSpan` at its
-end) was the larger part of what tracing costs a request. A store call's span is a leaf: nothing
+end) would be the larger part of what tracing costs a request. A store call's span is a leaf: nothing
 is added to it while it is open, nothing is ever its child, it is never made current. So it is
 made once, at its end, as the `ReadableSpan` that `Span.end` would have handed the processors,
 with the same sampler decision, ids, resource and scope, and with attributes frozen once per store
@@ -22,6 +22,8 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+_UNSET = Status(StatusCode.UNSET)
 
 
 @dataclass(slots=True)
@@ -61,9 +63,8 @@ class LeafSpans:
         flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
         if parent.trace_flags.random_trace_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
-        context = SpanContext(
-            parent.trace_id, self._ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags), trace_state=result.trace_state
-        )
+        span_id, state = self._ids.generate_span_id(), result.trace_state
+        context = SpanContext(parent.trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags), trace_state=state)
         return OpenLeaf(name, context, parent, attributes, time_ns())
 
     def close(self, leaf: OpenLeaf, error: BaseException | None = None) -> None:
@@ -71,7 +72,7 @@ class LeafSpans:
         `exception` event, as the SDK's `record_exception` writes one."""
         end_time = time_ns()
         events: tuple[Event, ...] = ()
-        status = Status(StatusCode.UNSET)
+        status = _UNSET
         if error is not None:
             events = (Event("exception", _exception_attributes(error), end_time),)
             status = Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")

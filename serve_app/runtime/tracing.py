@@ -180,8 +180,8 @@ def traced_store(system: str) -> Callable[[type], type]:
     method as `db.operation.name`), inside a traced operation only: the memorizer polls its lanes
     several times a second, and a trace of each poll would bury the traces of the work. A store
     method that calls another gets one span, the outer: the inner calls are the store's business.
-    The span is a leaf, never made current and made whole at its end (`leaf_spans`): five of them
-    in each context request, and the SDK's mutable span was most of what tracing cost one."""
+    The span is a leaf, never made current and made whole at its end (`leaf_spans`): a context
+    request makes several, and the SDK's mutable span for each would be most of what it costs."""
 
     def decorate(cls: type) -> type:
         for klass in reversed(cls.__mro__[:-1]):
