@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from time import time_ns
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-_UNSET = Status(StatusCode.UNSET)
+# OpenTelemetry's types, named without importing it: it comes with the `otel` extra, imported once
+# tracing is configured, and every module of the service must import without it.
+BoundedAttributes = Any
+SpanContext = Any
+SpanProcessor = Any
+TracerProvider = Any
 
 
 @dataclass(slots=True)
@@ -41,49 +41,56 @@ class LeafSpans:
     """Makes finished client spans for calls that have no children, under the current span."""
 
     def __init__(self, provider: TracerProvider, processors: Sequence[SpanProcessor], scope: str) -> None:
+        from opentelemetry import trace
+        from opentelemetry.attributes import BoundedAttributes
+        from opentelemetry.sdk.trace import Event, ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
         self._sampler = provider.sampler
         self._ids = provider.id_generator
         self._resource = provider.resource
         self._processors = tuple(processors)
         self._scope = InstrumentationScope(scope, "")  # as `TracerProvider.get_tracer(scope)` names it
+        self._bounded, self._event, self._readable, self._trace = BoundedAttributes, Event, ReadableSpan, trace
+        self._unset = trace.Status(trace.StatusCode.UNSET)
 
-    @staticmethod
-    def frozen(attributes: Mapping[str, Any]) -> BoundedAttributes:
+    def frozen(self, attributes: Mapping[str, Any]) -> BoundedAttributes:
         """Attributes validated once and shared by every span of one call site."""
-        return BoundedAttributes(attributes=attributes, immutable=True)
+        return self._bounded(attributes=attributes, immutable=True)
 
     def open(self, name: str, attributes: BoundedAttributes, parent: SpanContext) -> OpenLeaf | None:
         """A span for a call starting now under `parent` (the current, recording span); None when the
         sampler drops it."""
-        result = self._sampler.should_sample(None, parent.trace_id, name, SpanKind.CLIENT, attributes, ())
+        trace = self._trace
+        result = self._sampler.should_sample(None, parent.trace_id, name, trace.SpanKind.CLIENT, attributes, ())
         if not result.decision.is_recording():
             return None
         if len(result.attributes) != len(attributes):  # the sampler added attributes of its own
             attributes = self.frozen({**attributes, **result.attributes})
-        flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
+        flags = trace.TraceFlags.SAMPLED if result.decision.is_sampled() else trace.TraceFlags.DEFAULT
         if parent.trace_flags.random_trace_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
-        span_id, state = self._ids.generate_span_id(), result.trace_state
-        context = SpanContext(parent.trace_id, span_id, is_remote=False, trace_flags=TraceFlags(flags), trace_state=state)
+            flags |= trace.TraceFlags.RANDOM_TRACE_ID
+        span_id, flags, state = self._ids.generate_span_id(), trace.TraceFlags(flags), result.trace_state
+        context = trace.SpanContext(parent.trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=state)
         return OpenLeaf(name, context, parent, attributes, time_ns())
 
     def close(self, leaf: OpenLeaf, error: BaseException | None = None) -> None:
         """End the span now and hand it to the processors; an error is its status and an
         `exception` event, as the SDK's `record_exception` writes one."""
         end_time = time_ns()
-        events: tuple[Event, ...] = ()
-        status = _UNSET
+        events: tuple[Any, ...] = ()
+        status = self._unset
         if error is not None:
-            events = (Event("exception", _exception_attributes(error), end_time),)
-            status = Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")
-        span = ReadableSpan(
+            events = (self._event("exception", _exception_attributes(error), end_time),)
+            status = self._trace.Status(self._trace.StatusCode.ERROR, f"{type(error).__name__}: {error}")
+        span = self._readable(
             leaf.name,
             leaf.context,
             leaf.parent,
             self._resource,
             leaf.attributes,
             events,
-            kind=SpanKind.CLIENT,
+            kind=self._trace.SpanKind.CLIENT,
             status=status,
             start_time=leaf.start_time,
             end_time=end_time,

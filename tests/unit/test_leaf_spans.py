@@ -49,7 +49,7 @@ def test_a_leaf_is_the_span_the_sdk_would_have_made():
     with tracer.start_as_current_span("memory.context") as parent:
         sdk = tracer.start_span("SessionLog.uncovered", kind=SpanKind.CLIENT, attributes=ATTRIBUTES)
         sdk.end()
-        leaf = leaves.open("SessionLog.uncovered", LeafSpans.frozen(ATTRIBUTES), parent.get_span_context())
+        leaf = leaves.open("SessionLog.uncovered", leaves.frozen(ATTRIBUTES), parent.get_span_context())
         assert leaf is not None
         leaves.close(leaf)
     sdk_span, leaf_span, _ = exporter.get_finished_spans()
@@ -71,7 +71,7 @@ def test_a_failed_call_is_an_error_with_the_exception_event_the_sdk_records():
         sdk.record_exception(error)
         sdk.set_status(Status(StatusCode.ERROR, f"ConnectionError: {error}"))
         sdk.end()
-        leaf = leaves.open("Facts.put", LeafSpans.frozen(ATTRIBUTES), parent.get_span_context())
+        leaf = leaves.open("Facts.put", leaves.frozen(ATTRIBUTES), parent.get_span_context())
         leaves.close(leaf, error)
     sdk_span, leaf_span, _ = exporter.get_finished_spans()
     assert _fields(leaf_span) == _fields(sdk_span)
@@ -94,8 +94,8 @@ class _DropsStores(Sampler):
 def test_the_providers_sampler_decides_and_may_add_attributes():
     provider, exporter, leaves = _provider(_DropsStores())
     with provider.get_tracer("serve_app").start_as_current_span("memory.context") as parent:
-        assert leaves.open("Store.read", LeafSpans.frozen(ATTRIBUTES), parent.get_span_context()) is None
-        leaf = leaves.open("Facts.current", LeafSpans.frozen(ATTRIBUTES), parent.get_span_context())
+        assert leaves.open("Store.read", leaves.frozen(ATTRIBUTES), parent.get_span_context()) is None
+        leaf = leaves.open("Facts.current", leaves.frozen(ATTRIBUTES), parent.get_span_context())
         leaves.close(leaf)
     names = [s.name for s in exporter.get_finished_spans()]
     assert names == ["Facts.current", "memory.context"]
