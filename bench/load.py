@@ -183,7 +183,11 @@ def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     that a list taken before the load would miss (their CPU then counts whole, as spent in the window)."""
     totals: dict[str, float] = defaultdict(float)
     for proc in service_processes(data_dir) if data_dir else []:
-        totals[group_of(proc)] += cpu_s(proc)
+        try:
+            group = group_of(proc)
+        except psutil.Error:  # ended since it was listed: its CPU is no longer anyone's to read
+            continue
+        totals[group] += cpu_s(proc)
     totals[CLIENT] = cpu_s(psutil.Process())
     return dict(totals)
 

@@ -31,3 +31,13 @@ def test_a_process_started_during_the_window_is_counted(tmp_path):
         child.wait()
     service = {group: seconds - before.get(group, 0.0) for group, seconds in after.items() if group != CLIENT}
     assert sum(service.values()) >= 0.35, service
+
+
+def test_a_process_that_ends_while_it_is_read_is_left_out(tmp_path, monkeypatch):
+    """The list of the service's processes is taken before each is read: one that exits between
+    the two (a Ray worker, a PostgreSQL backend) has no CPU left to count, and no error to raise."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    listed = psutil.Process(child.pid)
+    child.wait()
+    monkeypatch.setattr("bench.load.service_processes", lambda _data_dir: [listed])
+    assert set(cpu_seconds(tmp_path)) == {CLIENT}
