@@ -154,11 +154,14 @@ class Ingress:
 
     async def _compact_now(self, tenant: str, session: str) -> dict:
         try:
-            return await self.memorizer.compress.remote(tenant, session, tracing.carrier())
+            outcome = await self.memorizer.compress.remote(tenant, session, tracing.carrier())
         except RayTaskError as exc:  # answer with the memorizer's own error
             if isinstance(exc.cause, ServiceError):
                 raise exc.cause from None
             raise exc.as_instanceof_cause() from None
+        if isinstance(outcome, ServiceError):  # the memorizer's refusal, returned (Memorizer.compress)
+            raise outcome
+        return outcome
 
     def _poke(self, tenant: str, session_id: str) -> None:
         context = tracing.carrier()  # the write's: the memorizer links the pass it starts to it

@@ -12,6 +12,7 @@ from ray.util import metrics
 
 from serve_app.deploy.autoscaling import LAG, WAITING
 from serve_app.deployments.redis_metrics import RedisConfirmMetrics, sample_replica_lag
+from serve_app.errors import ServiceError
 from serve_app.llm.client import llm_client
 from serve_app.runtime import tracing
 from serve_app.runtime.priority import lower_priority
@@ -149,10 +150,16 @@ class Memorizer:
         with tracing.span("Memorizer.poke", kind="server", parent=trace):
             self.work.schedule(tenant, session)
 
-    async def compress(self, tenant: str, session: str, trace: tracing.Carrier | None = None) -> dict:
-        """Compact now (the API's /compress), with the configured summarizer."""
+    async def compress(self, tenant: str, session: str, trace: tracing.Carrier | None = None) -> dict | ServiceError:
+        """Compact now (the API's /compress), with the configured summarizer. A refusal (the session
+        gone, every compare-and-set race lost) is returned for the Ingress to answer with: raised
+        here, Serve would log it as a failed request, traceback and all, and count it in this
+        deployment's errors, and a 404 or a 409 to retry is neither."""
         with tracing.span("Memorizer.compress", kind="server", parent=trace):
-            return await self.work.compress(tenant, session)
+            try:
+                return await self.work.compress(tenant, session)
+            except ServiceError as refused:
+                return refused
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What `serve_app.deploy.autoscaling:MemorizerBacklogPolicy` scales on (the last sweep's view)."""

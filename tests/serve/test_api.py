@@ -10,6 +10,7 @@ import httpx
 
 from serve_app.core.compression import extract_key_items
 from serve_app.core.tokenizer import count_chat
+from serve_app.errors import SessionNotFound
 from serve_app.stores.session_log import SessionLog
 
 from .conftest import KEY_LOCAL, wait_memorized
@@ -394,3 +395,14 @@ def test_a_memory_page_past_the_listing_window_is_a_422(client):
     beyond = client.get(f"/v1/users/{user}/memories", params={"limit": 100, "offset": 16300})
     assert beyond.status_code == 422 and "16384" in beyond.json()["detail"]
     assert client.get(f"/v1/users/{user}/memories", params={"limit": 84, "offset": 16300}).json() == []
+
+
+async def test_a_compaction_the_memorizer_refuses_is_its_answer_not_a_failed_request(service_url):
+    """A refusal (the session gone: 404; every compare-and-set race lost: 409) comes back from the
+    Memorizer as its answer, which the Ingress raises: raised in the Memorizer's method, Serve would
+    log it as a failed request with a traceback and count it in the deployment's errors."""
+    from ray import serve
+
+    memorizer = serve.get_deployment_handle("Memorizer", app_name="memserve")
+    refused = await memorizer.compress.remote("local", f"gone-{uuid.uuid4().hex}")
+    assert isinstance(refused, SessionNotFound) and refused.status_code == 404
