@@ -53,6 +53,8 @@ class LeafSpans:
         self._scope = InstrumentationScope(scope, "")  # as `TracerProvider.get_tracer(scope)` names it
         self._bounded, self._event, self._readable, self._trace = BoundedAttributes, Event, ReadableSpan, trace
         self._unset = trace.Status(trace.StatusCode.UNSET)
+        # The W3C level-2 flag, which an SDK before it has not (the `otel` extra takes 1.30 on)
+        self._random_flag = getattr(trace.TraceFlags, "RANDOM_TRACE_ID", 0)
 
     def frozen(self, attributes: Mapping[str, Any]) -> BoundedAttributes:
         """Attributes validated once and shared by every span of one call site."""
@@ -68,8 +70,7 @@ class LeafSpans:
         if len(result.attributes) != len(attributes):  # the sampler added attributes of its own
             attributes = self.frozen({**attributes, **result.attributes})
         flags = trace.TraceFlags.SAMPLED if result.decision.is_sampled() else trace.TraceFlags.DEFAULT
-        if parent.trace_flags.random_trace_id:
-            flags |= trace.TraceFlags.RANDOM_TRACE_ID
+        flags |= parent.trace_flags & self._random_flag  # the parent's trace id, so its flag
         span_id, flags, state = self._ids.generate_span_id(), trace.TraceFlags(flags), result.trace_state
         context = trace.SpanContext(parent.trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=state)
         return OpenLeaf(name, context, parent, attributes, time_ns())
