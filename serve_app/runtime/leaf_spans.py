@@ -53,7 +53,7 @@ class LeafSpans:
         self._scope = InstrumentationScope(scope, "")  # as `TracerProvider.get_tracer(scope)` names it
         self._bounded, self._event, self._readable, self._trace = BoundedAttributes, Event, ReadableSpan, trace
         self._unset = trace.Status(trace.StatusCode.UNSET)
-        # The W3C level-2 flag, which an SDK before it has not (the `otel` extra takes 1.30 on)
+        # W3C level 2's random-trace-id flag: SDKs older than it have none (the `otel` extra takes 1.30 on)
         self._random_flag = getattr(trace.TraceFlags, "RANDOM_TRACE_ID", 0)
 
     def frozen(self, attributes: Mapping[str, Any]) -> BoundedAttributes:
