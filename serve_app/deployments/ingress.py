@@ -155,11 +155,9 @@ class Ingress:
     async def _compact_now(self, tenant: str, session: str) -> dict:
         try:
             outcome = await self.memorizer.compress.remote(tenant, session, tracing.carrier())
-        except RayTaskError as exc:  # answer with the memorizer's own error
-            if isinstance(exc.cause, ServiceError):
-                raise exc.cause from None
+        except RayTaskError as exc:  # a failure of the memorizer's, as its own exception type
             raise exc.as_instanceof_cause() from None
-        if isinstance(outcome, ServiceError):  # the memorizer's refusal, returned (Memorizer.compress)
+        if isinstance(outcome, ServiceError):  # its refusal comes back as a value (Memorizer.compress)
             raise outcome
         return outcome
 
