@@ -12,6 +12,7 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from serve_app.core.budget import BudgetShares
+from serve_app.core.keywords import CONTEXT_CHARS
 
 
 class Settings(BaseSettings):
@@ -205,6 +206,12 @@ class Settings(BaseSettings):
     recall_rrf_k: float = Field(20.0, gt=0, description="Reciprocal-rank fusion constant: lower favours the top ranks.")
     recall_keyword_context_turns: int = Field(
         2, ge=0, le=8, description="Turns before a memory indexed with its keywords (a reply is found through its question)."
+    )
+    recall_keyword_context_chars: int = Field(
+        CONTEXT_CHARS,
+        ge=1,
+        description="Characters of each turn before a memory that its keywords carry, from that turn's end: a reply "
+        "is found through what it answers, not through every word of a long answer before it.",
     )
     recall_keyword_self_weight: int = Field(2, ge=1, le=4, description="Times a memory's own words count in its keyword text.")
     memory_whole_chars: int = Field(

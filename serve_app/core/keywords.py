@@ -4,7 +4,10 @@ Milvus Lite's analyzer only lowercases and splits (its stemmer and stop filters 
 analysis happens here, identically for every store: stop words out, Snowball English stems (through
 PyStemmer's C code when it is installed, the same stems as snowballstemmer's pure Python).
 A memory's keyword text also carries its context (the turns just before it, the date) because a
-short reply ("Yes, last Tuesday!") is only findable through what it answers.
+short reply ("Yes, last Tuesday!") is only findable through what it answers. Only the end of each
+turn before it: a reply answers what was said last, and a reply after an answer of thousands of
+characters would otherwise be indexed as that answer, found by all its words and outweighed by its
+length (BM25 normalizes by it).
 
 Dates meet dates: a month named as a date ("8 May 2023", "July 7th", "in May") becomes one month
 term on both sides, an ordinal ("7th") its number. Months that are also words ("may", "march",
@@ -23,9 +26,13 @@ import snowballstemmer
 
 from serve_app.core.stop_words import ENGLISH_STOP_WORDS
 
-ANALYSIS_VERSION = 2
-"""Bumped whenever `terms` changes what it returns: stored keyword text of an older analysis is
-rebuilt by the memorizer (`services/index_repair.reindex_keywords`)."""
+ANALYSIS_VERSION = 3
+"""Bumped whenever a memory's keyword text changes for the same memory (what `terms` returns, how
+its context enters it): stored keyword text of an older analysis is rebuilt by the memorizer
+(`services/index_repair.reindex_keywords`) from the text and context PostgreSQL keeps."""
+CONTEXT_CHARS = 300
+"""Characters of each turn before a memory that its keyword text carries (the turn's end): a short
+turn whole, a long one's last few sentences (`recall_keyword_context_chars`)."""
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 _STEMMER = snowballstemmer.stemmer("english")
@@ -41,6 +48,7 @@ _TIME_WORD_BEFORE_RE = re.compile(
     r"\b(?:in|on|during|since|until|till|by|from|to|of|last|next|this|early|late|mid|every|through)\s+$", re.IGNORECASE
 )
 _ORDINAL_RE = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
+_LEADING_WORD_RE = re.compile(r"^\w+")
 
 
 def month_term(month: int) -> str:
@@ -78,9 +86,22 @@ def day_words(day: date) -> str:
     return f"{day.day} {month_term(day.month)} {day.year}"
 
 
-def memory_keywords(text: str, before: Sequence[str] = (), day: date | None = None, weight: int = 2) -> str:
-    """Keyword text of one memory: its date, the turns before it, and its own text `weight` times
-    (term frequency favours the memory over its context)."""
-    parts = [normalize(t) for t in before] + [normalize(text)] * max(1, weight)
+def context_tail(text: str, chars: int = CONTEXT_CHARS) -> str:
+    """The last `chars` characters of a turn before a memory, starting at a word (a word the cut
+    falls inside is left out whole)."""
+    if len(text) <= chars:
+        return text
+    tail = text[-chars:]
+    if text[-chars - 1].isalnum() and tail[:1].isalnum():
+        tail = _LEADING_WORD_RE.sub("", tail, count=1)
+    return tail
+
+
+def memory_keywords(
+    text: str, before: Sequence[str] = (), day: date | None = None, weight: int = 2, context_chars: int = CONTEXT_CHARS
+) -> str:
+    """Keyword text of one memory: its date, the end of each turn before it (`context_tail`), and
+    its own text `weight` times (term frequency favours the memory over its context)."""
+    parts = [normalize(context_tail(t, context_chars)) for t in before] + [normalize(text)] * max(1, weight)
     head = day_words(day) if day else ""
     return " ".join(p for p in [head, *parts] if p)

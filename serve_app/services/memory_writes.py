@@ -62,7 +62,13 @@ def memory_row(
         text=text,
         created_at_ms=created_at_ms,
         vector=vector,
-        keywords=memory_keywords(text, before=before, day=day, weight=settings.recall_keyword_self_weight),
+        keywords=memory_keywords(
+            text,
+            before=before,
+            day=day,
+            weight=settings.recall_keyword_self_weight,
+            context_chars=settings.recall_keyword_context_chars,
+        ),
         context=tuple(before),
         **(provenance._asdict() if provenance else {}),
     )

@@ -191,6 +191,34 @@ async def test_memories_of_an_older_analysis_are_indexed_again_resumably(backend
         await stores.close()
 
 
+
+async def test_a_reply_indexed_with_a_whole_long_turn_before_it_is_indexed_again_with_its_end(backends):
+    """Analysis 2 indexed a memory with every word of the turns before it; PostgreSQL kept those
+    turns, so the re-index applies this analysis' rule (their ends) from them alone."""
+    from serve_app.services.index_repair import reindex_keywords
+
+    settings = Settings(**backends.env, milvus_collection="kw_reindex_tail")
+    stores = await Stores.connect(settings)
+    user = "u-" + uuid.uuid4().hex[:6]
+    answer = "Kubernetes operators reconcile custom resources. " + "The garden wants water at dusk. " * 40
+    answer += "Shall I book the dentist for Friday?"
+    row = MemoryRow(
+        "reply-1", "t", user, "s1", 2, "user", "turn", "Yes please.", 1000, [0.0],
+        keywords=" ".join([normalize(answer), normalize("Yes please."), normalize("Yes please.")]), context=(answer,),
+    )  # fmt: skip
+    try:
+        await stores.keywords.upsert([row])
+        await stores.keywords.pool.execute("UPDATE memory_keywords SET analysis = 2 WHERE tenant_id = 't' AND user_id = $1", user)
+        kubernetes = normalize("kubernetes operators")
+        assert [h.id for h in await stores.keywords.search("t", user, kubernetes, limit=5)] == ["reply-1"]
+
+        assert await reindex_keywords(stores, settings) == 1
+        assert await stores.keywords.search("t", user, kubernetes, limit=5) == []
+        assert [h.id for h in await stores.keywords.search("t", user, normalize("dentist Friday"), limit=5)] == ["reply-1"]
+    finally:
+        await stores.keywords.delete("t", user=user)
+        await stores.close()
+
 # BM25 by scanning every memory and posting of the user: the statement the kept statistics replace,
 # kept here as the reference the fast one must equal.
 _SEARCH_BY_SCAN = """

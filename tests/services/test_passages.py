@@ -3,6 +3,7 @@ a sentence from their middle and quoted in a prompt as the passage that matters.
 
 from __future__ import annotations
 
+from serve_app.core.keywords import normalize
 from serve_app.schemas import AppendRequest, ContextRequestIn, MessageIn, SearchRequest
 from serve_app.services.context import build_working_memory
 from serve_app.services.memories import search_memories
@@ -71,3 +72,23 @@ async def test_a_long_turn_is_found_by_a_sentence_from_its_middle_and_quoted_as_
     assert "assistant: … On the greenhouse irrigation: The drip lines" in system
     assert system.count("The drip lines in the greenhouse") == 1  # a passage is quoted once
     assert "On the database migration" not in system  # the turn's other subjects stay out
+
+
+async def test_a_reply_after_a_long_turn_is_indexed_with_the_end_of_it_not_all_of_it(deps, caller):
+    """A short reply's keywords carry what it answers, the long turn's end; the long turn's start
+    would make every question about that start find the reply too, and BM25 score it as long."""
+    tenant, user, session = caller.tenant, new_id("user"), new_id("session")
+    reply = "Monday at nine works for me."
+    said = [
+        MessageIn(role="user", content="Can you write up where every project stands?"),
+        MessageIn(role="assistant", content=_long_turn() + "\n\nShall the support handover stay on Monday at nine?"),
+        MessageIn(role="user", content=reply),
+    ]
+    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=said))
+    await SessionMemorizer(deps.stores, deps.embed_documents, deps.settings).memorize(tenant, session)
+
+    async def keyword_hits(words: str) -> list[str]:
+        return [h.text for h in await deps.stores.keywords.search(tenant, user, normalize(words), limit=20)]
+
+    assert reply not in await keyword_hits("orders table cluster replica rollback")  # the long turn's first subject
+    assert reply in await keyword_hits("support handover")  # what the reply answers

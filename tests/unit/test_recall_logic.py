@@ -4,7 +4,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from serve_app.core.keywords import day_words, memory_keywords, normalize, terms
+from serve_app.core.keywords import context_tail, day_words, memory_keywords, normalize, terms
 from serve_app.core.ranking import FusionParams, Scored, explain, fuse
 from serve_app.core.timeframe import Timeframe, query_timeframe
 
@@ -25,6 +25,21 @@ def test_memory_keywords_carry_context_date_and_weight():
     assert text.split()[3:] == "did visit vet yes tuesday yes tuesday".split()  # "last" is a stop word, "yes" and "did" are not
     assert set(day_words(date(2024, 12, 1)).split()) >= set(normalize("1 December 2024").split())
     assert memory_keywords("hello there") == "hello hello"
+
+
+def test_a_memory_carries_only_the_end_of_a_long_turn_before_it():
+    answer = "Kubernetes operators reconcile custom resources. " * 40 + "Shall I book the dentist for Friday afternoon?"
+    text = memory_keywords("Yes please.", before=[answer], context_chars=60)
+    assert "kubernet" not in text.split()  # the long answer's start is not the reply's
+    assert {"book", "dentist", "friday", "afternoon", "yes"} <= set(text.split())
+    assert memory_keywords("Yes please.", before=["Shall I book it?"], context_chars=60).startswith("shall book")
+
+
+def test_the_context_tail_starts_at_a_word():
+    assert context_tail("alpha beta gamma", 8) == " gamma"  # the cut fell inside "beta"
+    assert context_tail("alpha beta gamma", 6) == " gamma"
+    assert context_tail("alpha beta gamma", 5) == "gamma"
+    assert context_tail("short", 300) == "short"
 
 
 @pytest.mark.parametrize(

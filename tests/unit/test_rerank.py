@@ -111,7 +111,7 @@ def test_the_model_does_not_extrapolate_past_what_it_was_fitted_on():
 
     assert score(20_000) == pytest.approx(score(longest)) and score(longest) > score(longest // 4)
     unbounded = replace(model, low=(-1e9,) * len(FEATURES), high=(1e9,) * len(FEATURES))
-    assert score(20_000, unbounded) > 2 * score(longest, unbounded)  # what the bounds prevent
+    assert score(20_000, unbounded) > 1.5 * score(longest, unbounded)  # what the bounds prevent
 
 
 def test_a_model_file_reads_back_as_the_same_models_and_a_file_of_one_model_serves_both_kinds(tmp_path):
