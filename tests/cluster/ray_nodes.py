@@ -36,6 +36,10 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024
 AUTH_TOKEN = uuid.uuid4().hex
 AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": AUTH_TOKEN}
 CLI_ENV = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN_PATH"}, **AUTH_ENV}
+NODES_MARKER = "MEMSERVE_TEST_RAY_NODES"
+"""Set in both nodes' environment to their short dir: every process they start inherits it, so a stop
+finds what outlived the nodes' process groups (an HAProxy that Serve's proxy actor spawned or
+reloaded, left running when the actor is killed, holding its ports for the tests after)."""
 
 
 @dataclass
@@ -80,6 +84,7 @@ class TwoNodes:
     def stop(self) -> None:
         self.worker.stop()
         self.head.stop()
+        _end_leftovers(self.short_dir)
         shutil.rmtree(self.short_dir, ignore_errors=True)
 
     def serve_deploy(self, config_path: Path) -> None:
@@ -99,6 +104,16 @@ class TwoNodes:
         return {n["node_id"]: bool(n["is_head_node"]) for n in json.loads(out.stdout)}
 
 
+def _end_leftovers(short: Path) -> None:
+    """Kill every process the nodes started that is still running (`NODES_MARKER`)."""
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(NODES_MARKER) == str(short):
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue
+
+
 def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: int | None) -> dict[str, str]:
     haproxy = short / f"hap-{name}"
     haproxy.mkdir(parents=True, exist_ok=True)
@@ -114,6 +129,7 @@ def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: in
         "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_listen_port(LOOPBACK)),
         "RAY_USAGE_STATS_ENABLED": "0",
+        NODES_MARKER: str(short),
         # SIGTERM stops a node only when a test is over: no traffic is left for Ray to drain it of
         # (it would wait 30 s for a head whose Serve replicas never go idle).
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
@@ -181,6 +197,7 @@ def start_two_nodes(root: Path, env: dict[str, str], head_http_port: int, worker
         for node in (worker, head):
             if node is not None:
                 node.stop()
+        _end_leftovers(short)
         shutil.rmtree(short, ignore_errors=True)
         raise
 
