@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from serve_app.cli import DATA_DIR_MARKER, _run_dir
+from serve_app.runtime.processes import marked_processes
 
 GROUPS = (
     ("Ingress", "serve: Ingress replicas"),
@@ -56,13 +57,7 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     """Processes carrying the marker, the backends `up` recorded, and all their children (a server
     that drops privileges, like PostgreSQL, may start with a fresh environment)."""
     marker = str(data_dir.resolve())
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(DATA_DIR_MARKER) == marker:
-                found[proc.pid] = proc
-        except (psutil.Error, OSError):
-            continue
+    found = {proc.pid: proc for proc in marked_processes(DATA_DIR_MARKER, marker)}
     backends_file = _run_dir(data_dir.resolve()) / "backends.json"
     if backends_file.exists():
         for info in json.loads(backends_file.read_text()).values():

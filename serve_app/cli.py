@@ -16,7 +16,7 @@ import typer
 from serve_app.core.auth import hash_key, is_loopback, new_key
 from serve_app.embedded.backend import LaunchError
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
-from serve_app.runtime.processes import pid_alive
+from serve_app.runtime.processes import marked_processes, pid_alive
 from serve_app.settings import Settings
 
 cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM agents on Ray Serve.")
@@ -205,8 +205,6 @@ def down(
     timeout_s: float = typer.Option(60.0, help="Seconds to wait for a clean stop before killing."),
 ) -> None:
     """Stop a running `memserve up` and everything it started; leaves no process behind."""
-    import psutil
-
     data_dir = data_dir.resolve()
     run_dir = _run_dir(data_dir)
     pid_file = run_dir / "memserve.pid"
@@ -220,12 +218,7 @@ def down(
     backends_file = run_dir / "backends.json"
     if backends_file.exists():
         leftovers += [info["pid"] for info in json.loads(backends_file.read_text()).values()]
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.info["pid"] != os.getpid() and proc.environ().get(DATA_DIR_MARKER) == str(data_dir):
-                leftovers.append(proc.info["pid"])
-        except (psutil.Error, OSError):
-            continue
+    leftovers += [proc.pid for proc in marked_processes(DATA_DIR_MARKER, str(data_dir))]
     if pid_alive(pid):
         leftovers.append(pid)
     killed = 0

@@ -9,6 +9,7 @@ touches another Ray on the machine (`ray stop` would stop them all).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import psutil
 
 from serve_app.deploy.local_ray import THROUGHPUT_ENV
 from serve_app.embedded.ports import LOOPBACK, free_listen_port
+from serve_app.runtime.processes import marked_processes
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SERVE = str(Path(sys.executable).with_name("serve"))
@@ -106,12 +108,9 @@ class TwoNodes:
 
 def _end_leftovers(short: Path) -> None:
     """Kill every process the nodes started that is still running (`NODES_MARKER`)."""
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(NODES_MARKER) == str(short):
-                proc.kill()
-        except (psutil.Error, OSError):
-            continue
+    for proc in marked_processes(NODES_MARKER, str(short)):
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            proc.kill()
 
 
 def _node_env(base: dict[str, str], short: Path, name: str, worker_http_port: int | None) -> dict[str, str]:

@@ -12,24 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from serve_app.cli import DATA_DIR_MARKER
 from serve_app.embedded.ports import free_port
+from serve_app.runtime.processes import marked_processes
 
 from .conftest import wait_memorized
 
 
 def _leftovers(data_dir: Path) -> list[int]:
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get(DATA_DIR_MARKER) == str(data_dir):
-                found.append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
+    return [proc.pid for proc in marked_processes(DATA_DIR_MARKER, str(data_dir))]
 
 
 class MemserveUp:

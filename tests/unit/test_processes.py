@@ -6,12 +6,13 @@ import gc
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import psutil
 
 from serve_app.embedded.backend import spawn
-from serve_app.runtime.processes import pid_alive
+from serve_app.runtime.processes import marked_processes, pid_alive
 
 
 def _exited_unreaped() -> subprocess.Popen:
@@ -58,5 +59,23 @@ def test_a_spawned_server_keeps_its_log_open_and_the_launcher_closes_its_copy(tm
         assert str(log) not in [f.path for f in psutil.Process().open_files()]
         assert str(log) in [f.path for f in psutil.Process(child.pid).open_files()]
     finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_marker_in_the_environment_finds_the_process_tree_it_was_set_in_and_not_this_one():
+    marker = f"mark-{os.getpid()}"
+    env = {**os.environ, "MEMSERVE_TEST_MARKER": marker}
+    grandchild = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(30)'])"
+    child = subprocess.Popen([sys.executable, "-c", grandchild], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while len(found := marked_processes("MEMSERVE_TEST_MARKER", marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.pid in {p.pid for p in found} and len(found) == 2  # the child and what it started
+        assert marked_processes("MEMSERVE_TEST_MARKER", "another") == []
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
         child.kill()
         child.wait()
