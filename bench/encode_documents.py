@@ -10,14 +10,23 @@ Each call carries `--turns-per-call` turns (the memorizer's `memorizer_batch_siz
 pass); the two ways run on the same calls, alternating, `--repeats` times; the figure is the median
 CPU (all threads of this process) and characters per CPU second. Vectors of the two ways differ
 only by the int8 activations' per-pass scaling; their cosine is printed too.
+
+    python -m bench.encode_documents --compare passes   # how passes share the two cores
+
+`--compare passes` runs the same calls the way the Embedder runs them, `--callers` at once (the
+memorizer's sessions in flight), two ways, alternating: one pass at a time on two torch threads
+(before), and two passes at once on one thread each (the Embedder's `PASSES_AT_ONCE`). It prints
+the CPU and the wall time of each; the vectors are the same either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import resource
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,6 +103,53 @@ def run(encoder: SentenceEncoder, calls: list[Call], repeats: int, label: str) -
     return result
 
 
+def run_passes(calls: list[Call], repeats: int, callers: int, label: str, settings: Settings) -> dict:
+    """CPU and wall time of the calls sent `callers` at a time: one pass at a time on two threads
+    against two passes at once on one thread each."""
+    import torch
+
+    from serve_app.deployments.embedder import PASSES_AT_ONCE
+
+    ways = {
+        "one pass, 2 threads": (SentenceEncoder(int8=settings.embedding_int8, trace_single=False, threads=2), 2),
+        f"{PASSES_AT_ONCE} passes, 1 thread each": (
+            SentenceEncoder(int8=settings.embedding_int8, trace_single=False, threads=1, workers=PASSES_AT_ONCE),
+            1,
+        ),
+    }
+
+    async def send(encoder: SentenceEncoder) -> None:
+        waiting = asyncio.Semaphore(callers)
+
+        async def one(texts: list[str], plain: list[bool]) -> None:
+            async with waiting:
+                await encoder.encode_documents_async(texts, plain)
+
+        await asyncio.gather(*(one(texts, plain) for texts, plain in calls))
+
+    figures: dict[str, dict[str, list[float]]] = {name: {"cpu_s": [], "wall_s": []} for name in ways}
+    for r in tqdm(range(repeats), desc=label, unit="repeat"):
+        for name, (encoder, threads) in list(ways.items()) if r % 2 == 0 else list(ways.items())[::-1]:
+            torch.set_num_threads(threads)  # process-wide: set for the way that runs now
+            cpu, wall = cpu_seconds(), time.perf_counter()
+            asyncio.run(send(encoder))
+            figures[name]["cpu_s"].append(cpu_seconds() - cpu)
+            figures[name]["wall_s"].append(time.perf_counter() - wall)
+    chars = sum(len(t) for texts, _ in calls for t in texts)
+    result = {
+        name: {
+            "cpu_s": round(statistics.median(f["cpu_s"]), 2),
+            "wall_s": round(statistics.median(f["wall_s"]), 2),
+            "chars_per_cpu_s": round(chars / statistics.median(f["cpu_s"])),
+            "chars_per_s": round(chars / statistics.median(f["wall_s"])),
+            "runs_cpu_s": [round(x, 2) for x in f["cpu_s"]],
+        }
+        for name, f in figures.items()
+    }
+    print(label, json.dumps(result))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--beam", type=Path, default=default_data_dir())
@@ -104,8 +160,20 @@ def main() -> None:
     parser.add_argument("--turns-per-call", type=int, default=Settings().memorizer_batch_size)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--compare", choices=["grouping", "passes"], default="grouping")
+    parser.add_argument("--callers", type=int, default=8, help="--compare passes: calls in flight at once")
     args = parser.parse_args()
     settings = Settings()
+    if args.compare == "passes":
+        long = long_calls(args.beam, args.conversation, args.messages, args.turns_per_call, settings)
+        short = short_calls(args.locomo, args.turns, args.turns_per_call)
+        results = {
+            "long turns (BEAM, passages)": run_passes(long, args.repeats, args.callers, "long", settings),
+            "short turns (LoCoMo)": run_passes(short, args.repeats, args.callers, "short", settings),
+        }
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return
     encoder = SentenceEncoder(int8=settings.embedding_int8, trace_single=False)
     results = {
         "long turns (BEAM, passages)": run(

@@ -10,6 +10,11 @@ from serve_app.runtime import tracing
 from serve_app.runtime.priority import lower_priority
 from serve_app.settings import Settings
 
+PASSES_AT_ONCE = 2
+"""Forward passes a replica runs at once, one torch thread each: two cores busy on two passes cost
+about a sixth less CPU than both on one pass, whose two threads wait for each other after every
+operator (docs/benchmarks/encode_documents.md). `max_ongoing_requests` holds this many full batches."""
+
 
 @serve.deployment(name="Embedder", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})
 class Embedder:
@@ -21,7 +26,11 @@ class Embedder:
             lower_priority(self.settings.background_nice)
         # The traced one-text path costs memory: only where queries are embedded (the memorizer sends batches).
         self.encoder = SentenceEncoder(
-            self.settings.embedding_model, int8=self.settings.embedding_int8, trace_single=queries_here
+            self.settings.embedding_model,
+            threads=1,
+            int8=self.settings.embedding_int8,
+            trace_single=queries_here,
+            workers=PASSES_AT_ONCE,
         )
         for batched in (self._embed_texts, self._embed_lists):
             batched.set_max_batch_size(self.settings.embedder_max_batch_size)
@@ -35,7 +44,7 @@ class Embedder:
         with tracing.span("Embedder.embed_one", kind="server", parent=trace):
             return await self._embed_texts((text, tracing.current_link()))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01, max_concurrent_batches=PASSES_AT_ONCE)
     async def _embed_texts(self, items: list[tuple[str, list]]) -> list[list[float]]:
         texts = [text for text, _ in items]
         self.batch_size.observe(len(texts))
@@ -56,7 +65,7 @@ class Embedder:
         with tracing.span("Embedder.embed_many", kind="server", parent=trace, attributes={"memserve.texts": len(texts)}):
             return await self._embed_lists((texts, plain or [False] * len(texts), tracing.current_link()))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01, max_concurrent_batches=PASSES_AT_ONCE)
     async def _embed_lists(self, lists: list[tuple[list[str], list[bool], list]]) -> list[list[list[float]]]:
         flat = [text for texts, _, _ in lists for text in texts]
         self.batch_size.observe(len(flat))

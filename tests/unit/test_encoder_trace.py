@@ -93,3 +93,23 @@ def test_a_batch_comes_back_in_its_order_whatever_the_passes(encoder: SentenceEn
     one_pass = encoder.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=len(texts))
     assert np.allclose(together, one_pass, atol=1e-5)
     assert (together @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
+
+
+async def test_passes_run_at_once_give_each_caller_its_own_vectors(encoder: SentenceEncoder):
+    """Two workers run two callers' passes at once (the Embedder's setting): every caller gets the
+    vectors its texts get alone, whatever the other pass tokenizes meanwhile."""
+    import asyncio
+
+    two = SentenceEncoder(threads=1, int8=Settings().embedding_int8, trace_single=False, workers=2)
+    calls = [
+        ([TEXTS[2], TEXTS[4]], [False, False]),
+        ([TEXTS[6], TEXTS[5], TEXTS[1]], [True, False, False]),
+        (["Yes. No. Maybe so.", TEXTS[3]], [False, True]),
+    ] * 4
+    alone = [two.encode_documents(texts, plain) for texts, plain in calls]
+    together = await asyncio.gather(*(two.encode_documents_async(texts, plain) for texts, plain in calls))
+    assert two.executor._max_workers == 2
+    for got, want in zip(together, alone, strict=True):
+        assert np.allclose(np.array(got), np.array(want), atol=1e-6)
+    # The same vectors as the one-worker encoder's: only where passes run changes.
+    assert np.allclose(np.array(alone[0]), np.array(encoder.encode_documents(*calls[0])), atol=1e-6)
