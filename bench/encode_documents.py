@@ -13,10 +13,12 @@ only by the int8 activations' per-pass scaling; their cosine is printed too.
 
     python -m bench.encode_documents --compare passes   # how passes share the two cores
 
-`--compare passes` runs the same calls the way the Embedder runs them, `--callers` at once (the
-memorizer's sessions in flight), two ways, alternating: one pass at a time on two torch threads
-(before), and two passes at once on one thread each (the Embedder's `PASSES_AT_ONCE`). It prints
-the CPU and the wall time of each; the vectors are the same either way.
+`--compare passes` sends the same calls to the encoder `--callers` at once (the memorizer's
+sessions in flight; Serve's batching, which merges callers into one call, is not in it), two ways,
+alternating: one pass at a time on two torch threads (before), and the Embedder's
+`PASSES_AT_ONCE` passes at once on one thread each, the passes of a call and of calls at once
+sharing the pool. It prints the CPU and the wall time of each, and checks that the two ways'
+vectors are the same.
 """
 
 from __future__ import annotations
@@ -130,11 +132,15 @@ def run_passes(calls: list[Call], repeats: int, callers: int, label: str, settin
     figures: dict[str, dict[str, list[float]]] = {name: {"cpu_s": [], "wall_s": []} for name in ways}
     for r in tqdm(range(repeats), desc=label, unit="repeat"):
         for name, (encoder, threads) in list(ways.items()) if r % 2 == 0 else list(ways.items())[::-1]:
-            torch.set_num_threads(threads)  # process-wide: set for the way that runs now
+            # Each way's own threads take the count in force when they first run torch work.
+            torch.set_num_threads(threads)
             cpu, wall = cpu_seconds(), time.perf_counter()
             asyncio.run(send(encoder))
             figures[name]["cpu_s"].append(cpu_seconds() - cpu)
             figures[name]["wall_s"].append(time.perf_counter() - wall)
+    first, second = (encoder.encode_documents(*calls[0]) for encoder, _ in ways.values())
+    if not np.allclose(np.array(first), np.array(second), atol=1e-6):
+        raise SystemExit("the two ways' vectors differ")
     chars = sum(len(t) for texts, _ in calls for t in texts)
     result = {
         name: {

@@ -143,7 +143,13 @@ class Settings(BaseSettings):
         "(docs/benchmarks/components.md). Applies to documents and queries alike; changing it on a filled store mixes "
         "the two kinds of vectors.",
     )
-    embedder_max_batch_size: int = Field(32, ge=1, description="Concurrent single texts encoded in one forward pass.")
+    embedder_max_batch_size: int = Field(
+        32,
+        ge=1,
+        le=32,
+        description="Concurrent callers' texts encoded in one batch; at most 32, so that the Embedder's two batches "
+        "at once fit its max_ongoing_requests (64).",
+    )
     embedder_batch_wait_s: float = Field(
         0.01,
         ge=0,

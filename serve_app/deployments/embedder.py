@@ -11,9 +11,10 @@ from serve_app.runtime.priority import lower_priority
 from serve_app.settings import Settings
 
 PASSES_AT_ONCE = 2
-"""Forward passes a replica runs at once, one torch thread each: two cores busy on two passes cost
-about a sixth less CPU than both on one pass, whose two threads wait for each other after every
-operator (docs/benchmarks/encode_documents.md). `max_ongoing_requests` holds this many full batches."""
+"""Forward passes a replica runs at once, one torch thread each, whether they come from one batch or
+from two: two cores busy on two passes spend less CPU than both on one pass, whose two threads wait
+for each other after every operator (docs/benchmarks/encode_documents.md). `max_ongoing_requests`
+holds this many full batches."""
 
 
 @serve.deployment(name="Embedder", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.5})

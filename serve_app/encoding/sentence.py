@@ -63,10 +63,10 @@ class SentenceEncoder:
     Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
     (docs/benchmarks/components.md).
 
-    `workers` passes may run at once, each on the calling worker's thread with `threads` torch
-    threads (a process-wide setting). Two passes of one thread each keep two cores busy without
-    the barrier that two threads sharing one pass wait at after every operator
-    (docs/benchmarks/encode_documents.md). The model's weights are shared and only read. Tokenizing
+    With `workers` above one, passes run on a pool of that many threads, each pass with `threads`
+    torch threads: the passes of one call and of calls made at once share the pool, so two passes
+    of one thread each keep two cores busy without the barrier that two threads sharing one pass
+    wait at after every operator (docs/benchmarks/encode_documents.md). The model's weights are shared and only read. Tokenizing
     takes a lock: the fast tokenizer keeps its padding and truncation settings in one Rust object,
     and transformers releases before the fix of huggingface/transformers#47085 let two threads'
     calls collide there ("Already borrowed")."""
@@ -99,7 +99,13 @@ class SentenceEncoder:
         # thread that runs it grows its own malloc arena (the default pool made the Embedder's PSS
         # triple under load).
         self.executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="encoder")
+        self._passes = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="encoder-pass") if workers > 1 else None
         self._tokenizing = threading.Lock()
+        # What `SentenceTransformer.encode` applies from a model's own configuration (none for the
+        # bundled model): its default prompt and a truncated dimension.
+        name = self.model.default_prompt_name
+        self._prompt = self.model.prompts.get(name) if name else None
+        self._dims = self.model.truncate_dim
         self.traced = self._trace() if trace_single else None
 
     def _features(self, text: str) -> dict[str, Any]:
@@ -112,10 +118,19 @@ class SentenceEncoder:
         import torch
 
         with self._tokenizing:
-            features = self.model.preprocess(texts)
+            features = self.model.preprocess(texts, prompt=self._prompt)
         with torch.inference_mode():
             embeddings = self.model(features)["sentence_embedding"]
+            if self._dims:
+                embeddings = embeddings[..., : self._dims]
             return torch.nn.functional.normalize(embeddings, p=2, dim=1).float().numpy()
+
+    def _passes_of(self, groups: list[list[str]]) -> list[Any]:
+        """Each group's vectors, one pass a group: on the pool where there is one (at most `workers`
+        passes at once across every caller), else one after another here."""
+        if self._passes is None:
+            return [self._pass(group) for group in groups]
+        return list(self._passes.map(self._pass, groups))
 
     def _trace(self) -> Any | None:
         """The transformer traced for one unpadded text, or None where it cannot be traced or its
@@ -156,13 +171,13 @@ class SentenceEncoder:
         import numpy as np
 
         if len(texts) <= 1:
-            return self._pass(texts) if texts else np.zeros((0, 0), "float32")
+            return self._passes_of([texts])[0] if texts else np.zeros((0, 0), "float32")
         window = self.model.max_seq_length
         with self._tokenizing:
             ids = self.model.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=window)["input_ids"]
         out: list[Any] = [None] * len(texts)
-        for group in token_batches([len(i) for i in ids], self.batch_tokens, self.batch_texts):
-            vectors = self._pass([texts[i] for i in group])
+        groups = token_batches([len(i) for i in ids], self.batch_tokens, self.batch_texts)
+        for group, vectors in zip(groups, self._passes_of([[texts[i] for i in g] for g in groups]), strict=True):
             for i, vector in zip(group, vectors, strict=True):
                 out[i] = vector
         return np.stack(out)

@@ -113,3 +113,24 @@ async def test_passes_run_at_once_give_each_caller_its_own_vectors(encoder: Sent
         assert np.allclose(np.array(got), np.array(want), atol=1e-6)
     # The same vectors as the one-worker encoder's: only where passes run changes.
     assert np.allclose(np.array(alone[0]), np.array(encoder.encode_documents(*calls[0])), atol=1e-6)
+
+
+def test_one_call_of_several_passes_runs_them_on_the_pool(monkeypatch):
+    """A call whose texts make several passes runs them on the pass pool (so one big batch keeps
+    both cores busy), and each text gets the vector its pass gives it."""
+    import threading
+
+    two = SentenceEncoder(threads=1, int8=Settings().embedding_int8, trace_single=False, workers=2, batch_tokens=64)
+    one = SentenceEncoder(threads=1, int8=Settings().embedding_int8, trace_single=False, batch_tokens=64)
+    texts = [TEXTS[2], TEXTS[4], TEXTS[5], TEXTS[6], "Yes. No. Maybe so.", TEXTS[3], TEXTS[1]]
+    ran_on: list[str] = []
+    real_pass = two._pass
+
+    def recording(group):
+        ran_on.append(threading.current_thread().name)
+        return real_pass(group)
+
+    monkeypatch.setattr(two, "_pass", recording)
+    together = two._eager(texts)
+    assert len(ran_on) > 1 and all(name.startswith("encoder-pass") for name in ran_on)
+    assert np.allclose(together, one._eager(texts), atol=1e-6)
