@@ -58,18 +58,18 @@ def release_freed_heap() -> None:
 
 
 class SentenceEncoder:
-    """Batches go through SentenceTransformer's own tokenizer and modules. A single text (a query) goes through a
-    TorchScript trace of the same transformer: the eager model spends most of a one-query call in
-    Python module dispatch, and that Python holds the GIL the ingress's event loop needs meanwhile
-    (docs/benchmarks/components.md).
+    """Batches go through SentenceTransformer's own tokenizer and modules. A single text (a query)
+    goes through a TorchScript trace of the same transformer: the eager model spends most of a
+    one-query call in Python module dispatch, and that Python holds the GIL the ingress's event loop
+    needs meanwhile (docs/benchmarks/components.md).
 
     With `workers` above one, passes run on a pool of that many threads, each pass with `threads`
     torch threads: the passes of one call and of calls made at once share the pool, so two passes
     of one thread each keep two cores busy without the barrier that two threads sharing one pass
-    wait at after every operator (docs/benchmarks/encode_documents.md). The model's weights are shared and only read. Tokenizing
-    takes a lock: the fast tokenizer keeps its padding and truncation settings in one Rust object,
-    and transformers releases before the fix of huggingface/transformers#47085 let two threads'
-    calls collide there ("Already borrowed")."""
+    wait at after every operator (docs/benchmarks/encode_documents.md). The model's weights are
+    shared and only read. Tokenizing takes a lock: the fast tokenizer keeps its padding and
+    truncation settings in one Rust object, and transformers releases before the fix of
+    huggingface/transformers#47085 let two threads' calls collide there ("Already borrowed")."""
 
     def __init__(
         self,
@@ -95,9 +95,10 @@ class SentenceEncoder:
             # In place: no second copy of the weights for malloc to hold on to (bench/memory.py).
             torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
 
-        # Threads of our own, as many as passes may run at once: torch work is CPU-bound, and each
-        # thread that runs it grows its own malloc arena (the default pool made the Embedder's PSS
-        # triple under load).
+        # Threads of our own: the calls' (each tokenizes, then waits on its passes) and, with more
+        # than one worker, the pool the passes run on. As few as that: torch work is CPU-bound, and
+        # each thread that runs it grows its own malloc arena (the default pool made the Embedder's
+        # PSS triple under load).
         self.executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="encoder")
         self._passes = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="encoder-pass") if workers > 1 else None
         self._tokenizing = threading.Lock()
