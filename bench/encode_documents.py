@@ -105,20 +105,26 @@ def run(encoder: SentenceEncoder, calls: list[Call], repeats: int, label: str) -
     return result
 
 
-def run_passes(calls: list[Call], repeats: int, callers: int, label: str, settings: Settings) -> dict:
-    """CPU and wall time of the calls sent `callers` at a time: one pass at a time on two threads
-    against two passes at once on one thread each."""
-    import torch
+Ways = dict[str, tuple[SentenceEncoder, int]]
+"""Each way of running passes: its encoder and the torch threads a pass takes."""
 
+
+def pass_ways(settings: Settings) -> Ways:
+    """One pass at a time on two threads, and the Embedder's passes at once on one thread each."""
     from serve_app.deployments.embedder import PASSES_AT_ONCE
 
-    ways = {
+    return {
         "one pass, 2 threads": (SentenceEncoder(int8=settings.embedding_int8, trace_single=False, threads=2), 2),
         f"{PASSES_AT_ONCE} passes, 1 thread each": (
             SentenceEncoder(int8=settings.embedding_int8, trace_single=False, threads=1, workers=PASSES_AT_ONCE),
             1,
         ),
     }
+
+
+def run_passes(ways: Ways, calls: list[Call], repeats: int, callers: int, label: str) -> dict:
+    """CPU and wall time of the calls sent `callers` at a time, each way in turn."""
+    import torch
 
     async def send(encoder: SentenceEncoder) -> None:
         waiting = asyncio.Semaphore(callers)
@@ -173,9 +179,10 @@ def main() -> None:
     if args.compare == "passes":
         long = long_calls(args.beam, args.conversation, args.messages, args.turns_per_call, settings)
         short = short_calls(args.locomo, args.turns, args.turns_per_call)
+        ways = pass_ways(settings)
         results = {
-            "long turns (BEAM, passages)": run_passes(long, args.repeats, args.callers, "long", settings),
-            "short turns (LoCoMo)": run_passes(short, args.repeats, args.callers, "short", settings),
+            "long turns (BEAM, passages)": run_passes(ways, long, args.repeats, args.callers, "long"),
+            "short turns (LoCoMo)": run_passes(ways, short, args.repeats, args.callers, "short"),
         }
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
