@@ -50,6 +50,12 @@ _USER_SET = frozenset(k for k in (*THROUGHPUT_ENV, *SIDE_PORT_VARS) if k in os.e
 
 # Starts of Ray a start may take when a side port is taken before HAProxy binds it (start_serving).
 BIND_ATTEMPTS = 3
+# Starts of a Ray node a start may take when the node does not come up: on this two-core machine,
+# beside an embedded Milvus server, about one ray.init in ten waits out its 30 s for a raylet that
+# exited before writing a log line, and the next one starts (docs/benchmarks/engines.md).
+NODE_ATTEMPTS = 3
+# Ray's words for a node whose raylet never registered.
+_NODE_TIMEOUT = "timed out during startup"
 # HAProxy's words for a port it could not bind, naming the port.
 _BIND_FAILURE = re.compile(r"cannot bind socket \(Address already in use\) for \[[^\]]*:(\d+)\]")
 
@@ -88,7 +94,7 @@ def start_ray(
     if metrics_port:
         kwargs["_metrics_export_port"] = metrics_port
     try:
-        ray.init(**kwargs)
+        _init_node(ray, kwargs)
     finally:
         # The side ports are this Ray's alone: a `memserve up` started from this process picks its own.
         for var, value in before.items():
@@ -97,6 +103,20 @@ def start_ray(
             else:
                 os.environ[var] = value
     return {int(chosen[var]) for var in SIDE_PORT_VARS if var in chosen}
+
+
+def _init_node(ray, kwargs: dict[str, Any]) -> None:
+    """ray.init, started again when the node timed out during startup (NODE_ATTEMPTS); any other
+    failure is the caller's."""
+    for attempt in range(1, NODE_ATTEMPTS + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if _NODE_TIMEOUT not in str(exc) or attempt == NODE_ATTEMPTS:
+                raise
+            logger.warning("the Ray node did not come up (%s): starting it again (attempt %d)", exc, attempt + 1)
+            ray.shutdown()
 
 
 def stop_ray() -> None:

@@ -193,6 +193,44 @@ def test_only_a_taken_side_port_is_a_reason_to_start_again():
     assert taken_side_port(RuntimeError("deployment failed: {'memserve': 'ImportError'}"), {31415}) is None
 
 
+class RayTimingOut:
+    """A test double of the `ray` module for ray.init's startup timeout, which a real Ray gives about
+    one start in ten beside a Milvus server and cannot be made to give on demand; every Serve test
+    starts the real one through the same function."""
+
+    TIMEOUT = "The current node timed out during startup. This could happen because some of the raylet failed to startup"
+
+    def __init__(self, failures: int, error: str = TIMEOUT):
+        self.failures, self.error, self.inits, self.shutdowns = failures, error, 0, 0
+
+    def init(self, **kwargs) -> None:
+        self.inits += 1
+        if self.inits <= self.failures:
+            raise Exception(self.error)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_ray_node_that_timed_out_during_startup_is_started_again():
+    """Only a node that never came up is started again, and not forever."""
+    from serve_app.deploy.local_ray import NODE_ATTEMPTS, _init_node
+
+    once = RayTimingOut(failures=1)
+    _init_node(once, {})
+    assert (once.inits, once.shutdowns) == (2, 1)
+
+    always = RayTimingOut(failures=NODE_ATTEMPTS)
+    with pytest.raises(Exception, match="timed out during startup"):
+        _init_node(always, {})
+    assert always.inits == NODE_ATTEMPTS
+
+    other = RayTimingOut(failures=1, error="Invalid argument: num_cpus")
+    with pytest.raises(Exception, match="Invalid argument"):
+        _init_node(other, {})
+    assert (other.inits, other.shutdowns) == (1, 0)
+
+
 def _one(rendered: list[dict], kind: str, name: str | None = None) -> dict:
     (doc,) = [d for d in rendered if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return doc
