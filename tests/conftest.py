@@ -23,28 +23,29 @@ def data_root() -> Path:
 
 @pytest.fixture(scope="session")
 def backends(data_root: Path):
-    """One real Redis, PostgreSQL and Milvus Lite for the session, on free loopback ports."""
+    """One real Redis, PostgreSQL and Milvus (the embedded default, the Milvus server) for the
+    session, on free loopback ports."""
     started = EmbeddedBackends(data_root / "backends", Ports.free()).start()
     yield started
     started.stop()
 
 
 @pytest.fixture(scope="session")
-def milvus_server(data_root: Path):
-    """A real Milvus standalone server (the `milvus` wheel), for the tests that run on both engines."""
-    from serve_app.embedded.milvus_server import start_milvus_server
+def milvus_lite(data_root: Path):
+    """A Milvus Lite (the other embedded engine), for the tests that run on both engines."""
+    from serve_app.embedded.launchers import start_milvus
 
-    started = start_milvus_server(data_root / "milvus-server", free_port())
+    started = start_milvus(data_root / "milvus-lite", free_port())
     yield started
-    started.kill()  # its data is the session's; its own shutdown often hangs out the 5 s grace of a stop
+    started.stop()
 
 
-@pytest.fixture(scope="session", params=["lite", "server"])
+@pytest.fixture(scope="session", params=["server", "lite"])
 def milvus_uri(request) -> str:
-    """The Milvus of the session's backends (Lite), then a Milvus server: a store test runs on both."""
-    if request.param == "lite":
+    """The Milvus of the session's backends (the server), then a Milvus Lite: a store test runs on both."""
+    if request.param == "server":
         return request.getfixturevalue("backends").env["MILVUS_URI"]
-    return request.getfixturevalue("milvus_server").url
+    return request.getfixturevalue("milvus_lite").url
 
 
 @pytest.fixture(scope="session")

@@ -1,1 +1,1 @@
-"""Real Redis, PostgreSQL and Milvus Lite servers from their PyPI wheels, for `memserve up` and tests."""
+"""Real Redis, PostgreSQL and Milvus (a standalone server, or Milvus Lite) from their PyPI wheels, for `memserve up` and tests."""

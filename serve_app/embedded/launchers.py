@@ -193,11 +193,12 @@ class Ports:
         return cls(free_port(), free_port(), free_port())
 
 
-MILVUS_ENGINES = ("lite", "server")
+MILVUS_ENGINES = ("server", "lite")
+"""The embedded Milvus engines, the default first."""
 
 
 def milvus_starter(engine: str) -> Callable[[Path, int], Backend]:
-    """Milvus Lite, or a Milvus standalone server from the `milvus` wheel (embedded/milvus_server.py)."""
+    """A Milvus standalone server from the `milvus` wheel (embedded/milvus_server.py), or Milvus Lite."""
     if engine == "lite":
         return start_milvus
     if engine == "server":
@@ -214,7 +215,7 @@ class EmbeddedBackends:
     data_dir: Path
     ports: Ports = field(default_factory=Ports)
     backends: dict[str, Backend] = field(default_factory=dict)
-    milvus_engine: str = "lite"
+    milvus_engine: str = MILVUS_ENGINES[0]
 
     def _starters(self) -> dict[str, Callable[[Path, int], Backend]]:
         return {"redis": start_redis, "postgres": start_postgres, "milvus": milvus_starter(self.milvus_engine)}

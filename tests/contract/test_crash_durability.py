@@ -93,6 +93,38 @@ def test_kill_minus_nine_then_restart_and_repair_finds_everything(tmp_path, enco
     assert top == TEXTS[20]  # a repaired memory is found by its meaning: the same model, the same vector
 
 
+def test_a_data_dir_started_with_the_other_engine_gets_every_vector_back(tmp_path, encoder):
+    """A data dir that Milvus Lite served (the embedded default before the server) started with the
+    server: its Milvus begins empty, and the repair the memorizer runs at start fills it from
+    PostgreSQL, so every memory is found by its meaning again."""
+    lite = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="lite").start()
+    try:
+        asyncio.run(_write(lite.env, encoder))
+    finally:
+        lite.stop()
+    server = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="server").start()
+    try:
+
+        async def switched() -> tuple[set[str], int, set[str], str]:
+            stores = await Stores.connect(Settings(**server.env, milvus_collection="durable"))
+            try:
+                ids = [f"r{i}" for i in range(50)]
+                empty = await stores.vectors.missing("t", "u", ids)
+                repaired = (await repair_vectors(stores, encoder.encode_documents_async)).written
+                query = (await encoder.encode_async([TEXTS[20]]))[0]
+                top = await stores.vectors.search_dense("t", "u", query, limit=1)
+                return empty, repaired, await stores.vectors.missing("t", "u", ids), top[0].text
+            finally:
+                await stores.close()
+
+        empty, repaired, missing, top = asyncio.run(switched())
+    finally:
+        server.backends["milvus"].kill()
+        server.stop()
+    assert len(empty) == 50  # the server starts without the Lite files' vectors
+    assert repaired == 50 and missing == set() and top == TEXTS[20]
+
+
 @pytest.mark.parametrize("engine", ["lite", "server"])
 def test_an_open_vector_store_reads_again_after_milvus_restarts(tmp_path, engine):
     """A restarted Milvus Lite has forgotten every load, a restarted server reloads on its own: the

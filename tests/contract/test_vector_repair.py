@@ -38,7 +38,7 @@ class Milvus(NamedTuple):
 def milvus(request, tmp_path) -> Iterator[Milvus]:
     """A Milvus Lite of the test's own, which it restarts, or the session's Milvus server."""
     if request.param == "server":
-        yield Milvus("server", request.getfixturevalue("milvus_server").url, None)
+        yield Milvus("server", request.getfixturevalue("backends").env["MILVUS_URI"], None)
         return
     own = OwnMilvus(tmp_path / "milvus")
     yield Milvus("lite", own.url, own.restart)

@@ -68,7 +68,7 @@ def stack(backends, tiny_model, data_root, openai_server):
 
     from serve_app.app import build_app
 
-    os.environ.update(backends.env)
+    os.environ.update(backends.app_env)
     # Logical CPUs: the LLM application and two memory services on two cores (they idle most of the time).
     start_ray(ray_temp_dir(data_root / "llm"), num_cpus=8)
     port = free_port()
@@ -298,7 +298,8 @@ def test_an_abandoned_stream_keeps_the_user_turn_and_no_partial_answer(stack):
     time.sleep(3)
     log = _log(base, session)
     assert [m["role"] for m in log] == ["user"]
-    assert httpx.get(f"{base}/healthz").status_code == 200
+    health = httpx.get(f"{base}/healthz")
+    assert health.status_code == 200, health.text
 
 
 def test_tools_pass_through_and_a_tool_call_is_stored_with_its_result(stack):

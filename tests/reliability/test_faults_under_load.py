@@ -1,6 +1,6 @@
 """Faults under a steady load, end to end: `bench/reliability.py` on its own servers, checked here.
 
-It starts its own Redis, PostgreSQL, Milvus Lite, vLLM endpoint (tiny Qwen2, from .venv-llm, the
+It starts its own Redis, PostgreSQL, Milvus (the embedded default), vLLM endpoint (tiny Qwen2, from .venv-llm, the
 model from the machine's cache: tests/tiny_model.py) and Ray with two Ingress replicas, in a
 subprocess, so killing them touches nothing the other tests use.
 Time budget: about 4 minutes on a two-core machine (about 1 of them starting the servers).

@@ -69,7 +69,7 @@ def service_url(backends, data_root, metrics_port, spans_dir) -> str:
     import ray
     from ray import serve
 
-    os.environ.update(backends.env)
+    os.environ.update(backends.app_env)
     # Tracing on, every span to a file per replica process (test_tracing.py reads them back); the
     # batch processor writes them out within 0.2 s rather than its default 5.
     os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")

@@ -1,4 +1,4 @@
-"""The HTTP API v1 end to end through Ray Serve, against real Redis, PostgreSQL and Milvus Lite."""
+"""The HTTP API v1 end to end through Ray Serve, against real Redis, PostgreSQL and Milvus."""
 
 from __future__ import annotations
 
