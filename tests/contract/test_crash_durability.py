@@ -95,8 +95,9 @@ def test_kill_minus_nine_then_restart_and_repair_finds_everything(tmp_path, enco
 
 def test_a_data_dir_started_with_the_other_engine_gets_every_vector_back(tmp_path, encoder):
     """A data dir that Milvus Lite served (the embedded default before the server) started with the
-    server: its Milvus begins empty, and the repair the memorizer runs at start fills it from
-    PostgreSQL, so every memory is found by its meaning again."""
+    server: its Milvus begins empty, and `repair_vectors` (which the memorizer's sweep runs once
+    whenever it starts, services/sweep.py) fills it from PostgreSQL, so every memory is found by its
+    meaning again."""
     lite = EmbeddedBackends(tmp_path / "data", Ports.free(), milvus_engine="lite").start()
     try:
         asyncio.run(_write(lite.env, encoder))
