@@ -9,10 +9,14 @@ on every start (kept in `ports.json`), so its embedded etcd finds the member it 
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 from serve_app.embedded.backend import Backend, LaunchError, ensure_port_free, spawn, wait_until_up
 from serve_app.embedded.ports import LOOPBACK, free_listen_port
@@ -38,12 +42,20 @@ SERVER_SETTINGS: dict[str, object] = {
     # starves for longer loses its sessions and stops serving until it is restarted; a restart after
     # a crash waits up to this long for the dead process's sessions to expire.
     "common.session.ttl": 30,
+    # How often the proxy stamps time on the channels; a Strong read (a delete shown, a write read
+    # back) waits for the next stamp. Half the default halves that wait for about 0.015 of a core
+    # at idle (docs/benchmarks/engines.md).
+    "proxy.timeTickInterval": 100,
     # Loopback only: by default each role advertises the machine's first address.
     **{f"{role}.ip": LOOPBACK for role in ROLES},
 }
-# Milvus 2.3 standalone often hangs in its own shutdown (the proxy retries a root coordinator that
-# has already stopped): a short grace, then SIGKILL, which its write-ahead log (rocksmq) survives.
-STOP_GRACE_S = 5.0
+# Where the components register their sessions: the template's etcd.rootPath and metaSubPath.
+SESSION_PREFIX = "by-dev/meta/session/"
+# On SIGTERM Milvus 2.3 standalone stops its coordinators (each revokes its session) within
+# milliseconds, then hangs stopping its nodes, which retry the coordinators that are gone: a short
+# grace, then SIGKILL, which its write-ahead log (rocksmq) survives; the sessions the nodes leave
+# behind are dropped by the next start (`drop_stale_sessions`).
+STOP_GRACE_S = 1.0
 
 
 def _ports(directory: Path, proxy_port: int) -> dict[str, int]:
@@ -73,10 +85,70 @@ def _etcd_config(directory: Path, ports: dict[str, int]) -> Path:
     return path
 
 
-def _healthy(port: int) -> bool:
-    import urllib.error
-    import urllib.request
+def _etcd(port: int, method: str, body: dict) -> dict:
+    """One call to the embedded etcd's JSON gateway (keys and values in base64)."""
+    request = urllib.request.Request(f"http://{LOOPBACK}:{port}/v3/{method}", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=2) as response:
+        return json.loads(response.read())
 
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class Session(NamedTuple):
+    """A component's registration in etcd: its key (base64, as the gateway gives it), the revision
+    it was last written at, and the ServerID of the process that wrote it."""
+
+    key: str
+    revision: str
+    server_id: int
+
+
+def read_sessions(etcd_port: int) -> list[Session]:
+    """The component sessions registered in the embedded etcd (the ServerID counter left out)."""
+    found = _etcd(etcd_port, "kv/range", {"key": _b64(SESSION_PREFIX), "range_end": _b64(SESSION_PREFIX[:-1] + "0")})
+    sessions = []
+    for entry in found.get("kvs", []):
+        try:
+            server_id = int(json.loads(base64.b64decode(entry["value"]))["ServerID"])
+        except (ValueError, KeyError, TypeError):
+            continue  # the ServerID counter, or anything else that is not a session
+        sessions.append(Session(entry["key"], entry["mod_revision"], server_id))
+    return sessions
+
+
+def drop_stale_sessions(etcd_port: int) -> int:
+    """Delete the sessions of this data directory's previous process once the new one has registered.
+
+    A process that did not revoke its sessions (killed, or hung in its own shutdown and then killed)
+    leaves them in etcd until their lease runs out, `common.session.ttl` after the restart, and until
+    then the new process's coordinators wait for the dead nodes and the exclusive coordinator keys
+    stay taken: a restart took the whole TTL. The embedded etcd runs inside the Milvus process, so
+    one process at a time uses it, and every component of a standalone process registers under the
+    same ServerID, allocated anew on each start: a session with a lower ServerID than the newest is
+    a dead process's. Each is deleted only if unchanged since it was read (a compare on its
+    revision), which is what its lease running out would do. Returns how many were deleted."""
+    try:
+        sessions = read_sessions(etcd_port)
+    except (OSError, ValueError):
+        return 0  # etcd is not up yet
+    newest = max((session.server_id for session in sessions), default=0)
+    dropped = 0
+    for session in sessions:
+        if session.server_id >= newest:
+            continue
+        unchanged = {"key": session.key, "target": "MOD", "result": "EQUAL", "mod_revision": session.revision}
+        delete = {"request_delete_range": {"key": session.key}}
+        try:
+            result = _etcd(etcd_port, "kv/txn", {"compare": [unchanged], "success": [delete]})
+        except (OSError, ValueError):
+            break
+        dropped += bool(result.get("succeeded"))
+    return dropped
+
+
+def _healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/healthz", timeout=1) as response:
             return b"OK" in response.read()
@@ -154,5 +226,10 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
     log_path = data_dir / "logs" / "milvus-server.log"
     process = spawn("milvus", [str(binary), "run", "standalone"], log_path, cwd=str(directory), env=env)
     backend = Backend("milvus", process, f"http://{LOOPBACK}:{port}", log_path, stop_timeout_s=STOP_GRACE_S)
-    wait_until_up(lambda: _healthy(ports["metrics_port"]) and _serving(port), backend, timeout_s)
+
+    def ready() -> bool:
+        drop_stale_sessions(ports["etcd_port"])
+        return _healthy(ports["metrics_port"]) and _serving(port)
+
+    wait_until_up(ready, backend, timeout_s)
     return backend

@@ -26,5 +26,5 @@ class OwnMilvus:
 
     def discard(self) -> None:
         """Kill it, at the end of a test: its data goes with it, and a Milvus server's own shutdown
-        often hangs until the 5 s grace of a stop runs out."""
+        hangs until the grace of a stop runs out."""
         self.backend.kill()

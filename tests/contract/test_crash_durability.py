@@ -7,6 +7,7 @@ the promise tested here.
 """
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from serve_app.core.records import MemoryRow
 from serve_app.embedded.launchers import EmbeddedBackends, Ports
+from serve_app.embedded.milvus_server import SERVER_SETTINGS, read_sessions
 from serve_app.services.index_repair import repair_vectors
 from serve_app.services.memory_writes import save_memories
 from serve_app.settings import Settings
@@ -83,7 +85,7 @@ def test_kill_minus_nine_then_restart_and_repair_finds_everything(tmp_path, enco
             servers.restart(name)
         meta, history, lost_in_crash, repaired, missing, top = asyncio.run(_read(servers.env, encoder))
     finally:
-        servers.backends["milvus"].kill()  # a Milvus server's own shutdown often hangs out the 5 s grace of a stop
+        servers.backends["milvus"].kill()  # a Milvus server's own shutdown hangs out the grace of a stop
         servers.stop()
     assert meta.message_count == 50 and meta.covers_upto_seq == 10 and meta.summary == "sum"
     assert history == ["v1", "v2"]
@@ -188,6 +190,45 @@ def test_a_milvus_server_stalled_for_seconds_serves_again(tmp_path):
     finally:
         milvus.discard()
     assert missing == 0
+
+
+def test_a_milvus_server_started_after_kill_minus_nine_does_not_wait_out_the_dead_sessions(tmp_path):
+    """The killed process's etcd sessions outlive it by their lease (`common.session.ttl`); the new
+    process deletes them once it has registered its own instead of waiting them out, and serves
+    every row it acknowledged before the kill."""
+    milvus = OwnMilvus(tmp_path / "data", "server")
+    ids = [f"r{i}" for i in range(9)]
+
+    async def write() -> None:
+        vectors = await asyncio.to_thread(VectorStore, milvus.url, "sessions", 4)
+        try:
+            await vectors.upsert(
+                [MemoryRow(i, "t", "u", "s", n, "user", "turn", "x", 0, [1, 0, 0, n / 9]) for n, i in enumerate(ids)]
+            )
+        finally:
+            await vectors.close()
+
+    async def missing() -> set[str]:
+        vectors = await asyncio.to_thread(VectorStore, milvus.url, "sessions", 4)
+        try:
+            return await vectors.missing("t", "u", ids)
+        finally:
+            await vectors.close()
+
+    try:
+        asyncio.run(write())
+        milvus.backend.kill()
+        started = time.monotonic()
+        milvus.restart()
+        restart_s = time.monotonic() - started
+        etcd_port = json.loads((tmp_path / "data" / "milvus-server" / "ports.json").read_text())["etcd_port"]
+        server_ids = {session.server_id for session in read_sessions(etcd_port)}
+        lost = asyncio.run(missing())
+    finally:
+        milvus.discard()
+    assert len(server_ids) == 1, f"sessions of more than one process: {server_ids}"
+    assert restart_s < SERVER_SETTINGS["common.session.ttl"], f"the restart waited {restart_s:.1f}s"
+    assert lost == set()
 
 
 def _race_row(writer: int, seq: int, vector: list[float]) -> MemoryRow:
