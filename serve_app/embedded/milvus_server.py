@@ -39,8 +39,8 @@ SERVER_SETTINGS: dict[str, object] = {
     # Two DML channels instead of sixteen: one machine, and each channel costs a consumer and ticks.
     "rootCoord.dmlChannelNum": 2,
     # How long a component's etcd session outlives its last renewal. A process that a busy machine
-    # starves for longer loses its sessions and stops serving until it is restarted; a restart after
-    # a crash waits up to this long for the dead process's sessions to expire.
+    # starves for longer loses its sessions and stops serving until it is restarted. A dead
+    # process's sessions would hold up the next start this long: the launcher deletes them.
     "common.session.ttl": 30,
     # How often the proxy stamps time on the channels; a Strong read (a delete shown, a write read
     # back) waits for the next stamp. Half the default halves that wait for about 0.015 of a core
@@ -118,26 +118,30 @@ def read_sessions(etcd_port: int) -> list[Session]:
     return sessions
 
 
+def stale_sessions(sessions: list[Session]) -> list[Session]:
+    """The sessions of processes that are gone. The embedded etcd runs inside the Milvus process, so
+    one process at a time uses it, and every component of a standalone process registers under the
+    same ServerID, allocated anew (higher) on each start: a session with a lower ServerID than the
+    newest is a dead process's. Before the new process registers, none is known to be stale."""
+    newest = max((session.server_id for session in sessions), default=0)
+    return [session for session in sessions if session.server_id < newest]
+
+
 def drop_stale_sessions(etcd_port: int) -> int:
     """Delete the sessions of this data directory's previous process once the new one has registered.
 
     A process that did not revoke its sessions (killed, or hung in its own shutdown and then killed)
     leaves them in etcd until their lease runs out, `common.session.ttl` after the restart, and until
     then the new process's coordinators wait for the dead nodes and the exclusive coordinator keys
-    stay taken: a restart took the whole TTL. The embedded etcd runs inside the Milvus process, so
-    one process at a time uses it, and every component of a standalone process registers under the
-    same ServerID, allocated anew on each start: a session with a lower ServerID than the newest is
-    a dead process's. Each is deleted only if unchanged since it was read (a compare on its
-    revision), which is what its lease running out would do. Returns how many were deleted."""
+    stay taken, so a restart would wait out the whole TTL. Each is deleted only if unchanged since
+    it was read (a compare on its revision), which is what its lease running out would do. Returns
+    how many were deleted."""
     try:
         sessions = read_sessions(etcd_port)
     except (OSError, ValueError):
         return 0  # etcd is not up yet
-    newest = max((session.server_id for session in sessions), default=0)
     dropped = 0
-    for session in sessions:
-        if session.server_id >= newest:
-            continue
+    for session in stale_sessions(sessions):
         unchanged = {"key": session.key, "target": "MOD", "result": "EQUAL", "mod_revision": session.revision}
         delete = {"request_delete_range": {"key": session.key}}
         try:
