@@ -1,31 +1,33 @@
 """The keyword side of hybrid recall in PostgreSQL: BM25 over each memory's keyword text.
 
-One row per memory and one posting per (memory, term), keyed by tenant and user first, so a query
-reads only the postings of its own terms for its own user through one index range scan: the score
-is computed by PostgreSQL in one statement, with the user's memory count, total length and each
-term's document frequency read from the statistics that triggers keep as the index changes
-(migration 6), never counted over every memory of the user. Persistent, transactional with its
-writes, and erased with the user's facts. Terms arrive normalized (`core.keywords`), so no text
-search configuration is involved.
+One row per memory and one posting per (memory, term), keyed by tenant, user and term first, so a
+query reads only the postings of its own terms for its own user through one index range scan a
+term. A memory is numbered within its user (`doc`, migration 11) and its postings carry that number:
+the statement returns each term's postings as arrays of numbers, and `core.bm25` sums them per
+memory, which PostgreSQL's executor does a row at a time (most of a search at 100k memories). The
+user's memory count, total length and each term's document frequency come from the statistics that
+triggers keep as the index changes (migration 6), never counted over every memory of the user.
+Persistent, transactional with its writes, and erased with the user's facts. Terms arrive
+normalized (`core.keywords`), so no text search configuration is involved.
 """
 
 from __future__ import annotations
 
-import math
+import struct
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import asyncpg
+import numpy as np
 
+from serve_app.core.bm25 import PostingList, best_documents, idf
 from serve_app.core.ids import VECTOR_KEYS
 from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
 from serve_app.encoding import DOCUMENT_EMBEDDING
 from serve_app.runtime.tracing import traced_store
 
-BM25_K1 = 1.2
-BM25_B = 0.75
 MAX_QUERY_TERMS = 64
 MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 
@@ -35,38 +37,41 @@ def keyword_text(row: MemoryRow) -> str:
     return clip_utf8(row.keywords or normalize(row.text), MAX_KEYWORD_BYTES)
 
 
-_SEARCH = """
+_POSTING_LISTS = """
 WITH stats AS (
     SELECT n::float8 AS n, CASE WHEN n > 0 THEN total_length::float8 / n ELSE 1 END AS avgdl
     FROM memory_user_stats WHERE tenant_id = $1 AND user_id = $2
-), terms AS (
-    SELECT t.term, ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5)) AS idf
-    FROM memory_term_stats t CROSS JOIN stats s
-    WHERE t.tenant_id = $1 AND t.user_id = $2 AND t.term = ANY($3::text[]) AND t.df > 0
-), scored AS (
-    SELECT p.memory_id,
-           sum(t.idf * p.tf * ($5::float8 + 1)
-               / (p.tf + $5::float8 * (1 - $6::float8 + $6::float8 * p.length / s.avgdl))) AS score,
-           sum(t.idf) AS matched_idf
-    FROM memory_postings p JOIN terms t ON t.term = p.term CROSS JOIN stats s
-    WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.term = ANY($3::text[])
-    GROUP BY p.memory_id
-    ORDER BY score DESC, p.memory_id
-    LIMIT $4
 )
-SELECT k.memory_id, k.session_id, k.seq, k.role, k.kind, k.text, k.created_at, sc.score, sc.matched_idf,
-       k.agent_id, k.added_by, k.origin_user, k.origin_memory,
-       (SELECT sum(idf) FROM terms) AS present_idf, (SELECT count(*) FROM terms)::int AS present, s.n
-FROM scored sc
-CROSS JOIN stats s
-JOIN memory_keywords k ON k.tenant_id = $1 AND k.user_id = $2 AND k.memory_id = sc.memory_id
-ORDER BY sc.score DESC, sc.memory_id
+SELECT t.df::float8 AS df, s.n, s.avgdl, l.docs, l.tfs, l.lengths
+FROM memory_term_stats t CROSS JOIN stats s
+CROSS JOIN LATERAL (
+    -- One index range scan a term; the three arrays list its postings in the same order.
+    SELECT array_send(array_agg(p.doc)) AS docs, array_send(array_agg(p.tf)) AS tfs,
+           array_send(array_agg(p.length)) AS lengths
+    FROM memory_postings p WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.term = t.term
+) l
+WHERE t.tenant_id = $1 AND t.user_id = $2 AND t.term = ANY($3::text[]) AND t.df > 0
 """
+"""Each query term the user's memories hold: its document frequency and its postings, as arrays."""
+
+_INT4_OID = 23
 
 
-def idf(df: float, n: float) -> float:
-    """BM25's inverse document frequency, as the search statement computes it."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+def int4_array(data: bytes | None) -> np.ndarray:
+    """A one-dimensional int4[] without nulls in PostgreSQL's binary form (`array_send`), as numbers."""
+    if not data:
+        return np.empty(0, dtype=np.int32)
+    ndim, has_nulls, element = struct.unpack_from(">iii", data)
+    if ndim == 0:
+        return np.empty(0, dtype=np.int32)
+    if ndim != 1 or has_nulls or element != _INT4_OID:
+        raise ValueError(f"expected a one-dimensional int4[] without nulls, got ndim {ndim}, element oid {element}")
+    (count,) = struct.unpack_from(">i", data, 12)
+    # After the header (ndim, nulls flag, oid, length, lower bound) each element is its length, 4, then its value.
+    pairs = np.frombuffer(data, dtype=">i4", offset=20)
+    if len(pairs) != 2 * count:
+        raise ValueError(f"int4[] of {count} elements in {len(data)} bytes")
+    return pairs[1::2].astype(np.int32)
 
 
 @traced_store("postgresql")
@@ -82,13 +87,14 @@ class KeywordIndex:
         async with self.pool.acquire() as conn, conn.transaction():
             for (tenant, user), group in _by_user(rows):
                 await _lock_user(conn, tenant, user)
-                lengths = await _replace_postings(conn, tenant, user, group)
+                docs = await _numbers(conn, tenant, user, [r.id for r in group])
+                lengths = await _replace_postings(conn, tenant, user, group, docs)
                 await conn.executemany(
                     """
                     INSERT INTO memory_keywords
                         (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at, length,
-                         analysis, context, embedding, vector_keys, agent_id, added_by, origin_user, origin_memory)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+                         analysis, context, embedding, vector_keys, agent_id, added_by, origin_user, origin_memory, doc)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
                     ON CONFLICT (tenant_id, user_id, memory_id) DO UPDATE SET
                         session_id = EXCLUDED.session_id, seq = EXCLUDED.seq, role = EXCLUDED.role,
                         kind = EXCLUDED.kind, text = EXCLUDED.text, created_at = EXCLUDED.created_at,
@@ -120,6 +126,7 @@ class KeywordIndex:
                             r.added_by,
                             r.origin_user,
                             r.origin_memory,
+                            docs[r.id],
                         )
                         for r in group
                     ],  # fmt: skip
@@ -177,9 +184,9 @@ class KeywordIndex:
             for (tenant, user), group in _by_user(rows):
                 await _lock_user(conn, tenant, user)
                 still = {
-                    r["memory_id"]
+                    r["memory_id"]: r["doc"]
                     for r in await conn.fetch(
-                        "SELECT memory_id FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2"
+                        "SELECT memory_id, doc FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2"
                         " AND memory_id = ANY($3::text[]) AND analysis < $4",
                         tenant,
                         user,
@@ -190,7 +197,7 @@ class KeywordIndex:
                 group = [r for r in group if r.id in still]
                 if not group:
                     continue
-                lengths = await _replace_postings(conn, tenant, user, group)
+                lengths = await _replace_postings(conn, tenant, user, group, still)
                 await conn.executemany(
                     "UPDATE memory_keywords SET length = $4, analysis = $5, context = $6"
                     " WHERE tenant_id = $1 AND user_id = $2 AND memory_id = $3",
@@ -254,19 +261,40 @@ class KeywordIndex:
         return await self._mark(tenant, user, memories, "k.vector_keys < $6")
 
     async def search(self, tenant: str, user: str, terms: str, *, limit: int) -> list[Hit]:
-        """BM25 of one user's memories against `terms` (normalized, space-separated), best first. Each
-        hit's `coverage` is the share of the query's weight (the sum of its terms' idf) it matches: an
-        absolute measure, where BM25 scores only compare memories of one query."""
+        """BM25 of one user's memories against `terms` (normalized, space-separated), best first, ties
+        by memory id. Each hit's `coverage` is the share of the query's weight (the sum of its terms'
+        idf) it matches: an absolute measure, where BM25 scores only compare memories of one query."""
         unique = list(dict.fromkeys(terms.split()))[:MAX_QUERY_TERMS]
         if limit <= 0 or not unique:
             return []
-        rows = await self.pool.fetch(_SEARCH, tenant, user, unique, limit, BM25_K1, BM25_B)
-        if not rows:
-            return []
+        # One snapshot for both reads: a memory's number names the same memory in each.
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            terms_held = await conn.fetch(_POSTING_LISTS, tenant, user, unique)
+            if not terms_held:
+                return []
+            n, avgdl = terms_held[0]["n"], terms_held[0]["avgdl"]
+            lists = [
+                PostingList(idf(t["df"], n), int4_array(t["docs"]), int4_array(t["tfs"]), int4_array(t["lengths"]))
+                for t in terms_held
+            ]
+            ranked = best_documents(lists, avgdl, limit)
+            rows = await conn.fetch(
+                f"SELECT doc, {_HIT_COLUMNS} FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND doc = ANY($3::int[])",
+                tenant,
+                user,
+                ranked.docs.tolist(),
+            )
+        by_doc = {r["doc"]: r for r in rows}
         # The query's whole weight: terms no memory holds weigh most (df 0) and match nothing.
-        first = rows[0]
-        query_idf = first["present_idf"] + (len(unique) - first["present"]) * idf(0.0, first["n"])
-        return [_hit(r, r["matched_idf"] / query_idf if query_idf > 0 else 0.0) for r in rows]
+        query_idf = sum(p.idf for p in lists) + (len(unique) - len(lists)) * idf(0.0, n)
+        found = [
+            (-score, by_doc[doc]["memory_id"], by_doc[doc], matched)
+            for doc, score, matched in zip(ranked.docs.tolist(), ranked.scores.tolist(), ranked.matched_idf.tolist(), strict=True)
+        ]
+        found.sort(key=lambda f: (f[0], f[1]))
+        return [
+            _hit(row, matched / query_idf if query_idf > 0 else 0.0, score=-negated) for negated, _, row, matched in found[:limit]
+        ]
 
     async def promoted_from(self, tenant: str, user: str) -> list[tuple[str, str]]:
         """(owner, memory id) of every copy promoted from the user's memory into a space."""
@@ -408,18 +436,16 @@ class KeywordIndex:
         if len(args) == 1:
             raise ValueError("a keyword delete names a user, a session or a memory")
         async with self.pool.acquire() as conn, conn.transaction():
-            removed = await conn.fetch(
-                f"DELETE FROM memory_keywords WHERE {' AND '.join(clauses)} RETURNING user_id, memory_id", *args
-            )
+            removed = await conn.fetch(f"DELETE FROM memory_keywords WHERE {' AND '.join(clauses)} RETURNING user_id, doc", *args)
             if removed:
                 await conn.execute(
                     """
-                    DELETE FROM memory_postings p USING unnest($2::text[], $3::text[]) AS gone(user_id, memory_id)
-                    WHERE p.tenant_id = $1 AND p.user_id = gone.user_id AND p.memory_id = gone.memory_id
+                    DELETE FROM memory_postings p USING unnest($2::text[], $3::int[]) AS gone(user_id, doc)
+                    WHERE p.tenant_id = $1 AND p.user_id = gone.user_id AND p.doc = gone.doc
                     """,
                     tenant,
                     [r["user_id"] for r in removed],
-                    [r["memory_id"] for r in removed],
+                    [r["doc"] for r in removed],
                 )
         return len(removed)
 
@@ -452,28 +478,53 @@ async def _lock_user(conn: asyncpg.Connection, tenant: str, user: str) -> None:
     )
 
 
-async def _replace_postings(conn: asyncpg.Connection, tenant: str, user: str, group: list[MemoryRow]) -> dict[str, int]:
-    """Replace the postings of these memories of one user; returns each memory's length in terms."""
-    await conn.execute(
-        "DELETE FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
+async def _numbers(conn: asyncpg.Connection, tenant: str, user: str, memory_ids: list[str]) -> dict[str, int]:
+    """Each memory's number within its user: the one it has, or the next after the user's highest.
+    Called under the user's lock (`_lock_user`), so two writers never hand out one number; a number
+    freed by a delete may be given again, which a search's single snapshot makes safe."""
+    rows = await conn.fetch(
+        "SELECT memory_id, doc FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND memory_id = ANY($3::text[])",
         tenant,
         user,
-        [r.id for r in group],
+        memory_ids,
+    )
+    numbers = {r["memory_id"]: r["doc"] for r in rows}
+    new = [m for m in dict.fromkeys(memory_ids) if m not in numbers]
+    if new:
+        highest = await conn.fetchval("SELECT max(doc) FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2", tenant, user)
+        first = -1 if highest is None else highest
+        numbers.update({m: first + 1 + i for i, m in enumerate(new)})
+    return numbers
+
+
+async def _replace_postings(
+    conn: asyncpg.Connection, tenant: str, user: str, group: list[MemoryRow], docs: dict[str, int]
+) -> dict[str, int]:
+    """Replace the postings of these memories of one user (numbered by `docs`); returns each
+    memory's length in terms."""
+    await conn.execute(
+        "DELETE FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND doc = ANY($3::int[])",
+        tenant,
+        user,
+        sorted({docs[r.id] for r in group}),
     )
     terms_of = {r.id: Counter(keyword_text(r).split()) for r in group}
     lengths = {memory_id: sum(counts.values()) for memory_id, counts in terms_of.items()}
-    postings = [(r.id, term, tf, lengths[r.id]) for r in group for term, tf in terms_of[r.id].items()]
+    postings = {
+        (term, docs[memory_id]): (tf, lengths[memory_id]) for memory_id, counts in terms_of.items() for term, tf in counts.items()
+    }
     if postings:
-        memory_ids, terms, tfs, term_lengths = (list(column) for column in zip(*postings, strict=True))
+        terms, numbers = (list(column) for column in zip(*postings, strict=True))
+        tfs, term_lengths = (list(column) for column in zip(*postings.values(), strict=True))
         await conn.execute(
             """
-            INSERT INTO memory_postings (tenant_id, user_id, memory_id, term, tf, length)
-            SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::int[], $6::int[])
+            INSERT INTO memory_postings (tenant_id, user_id, term, doc, tf, length)
+            SELECT $1, $2, * FROM unnest($3::text[], $4::int[], $5::int[], $6::int[])
             """,
             tenant,
             user,
-            memory_ids,
             terms,
+            numbers,
             tfs,
             term_lengths,
         )
@@ -487,11 +538,11 @@ _HIT_COLUMNS = (
 """A memory as `_hit` reads it, by id (score 0)."""
 
 
-def _hit(row: asyncpg.Record, coverage: float | None = None) -> Hit:
+def _hit(row: asyncpg.Record, coverage: float | None = None, *, score: float | None = None) -> Hit:
     return Hit(
         id=row["memory_id"],
         text=row["text"],
-        score=float(row["score"]),
+        score=float(row["score"] if score is None else score),
         session_id=row["session_id"],
         seq=int(row["seq"]),
         role=row["role"],

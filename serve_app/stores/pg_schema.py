@@ -247,6 +247,50 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX facts_origin ON facts (tenant_id, origin_user) WHERE origin_user IS NOT NULL;
         """,
     ),
+    (
+        11,
+        """
+        -- Each memory numbered within its user (memory_keywords.doc), and its postings keyed by that
+        -- number instead of its id: a search reads each query term's postings as arrays of numbers
+        -- and sums them per memory outside PostgreSQL's executor (core.bm25), and an index entry is
+        -- half the bytes. No writer may touch the index until the postings are copied.
+        LOCK TABLE memory_keywords, memory_postings, memory_term_stats IN ACCESS EXCLUSIVE MODE;
+        ALTER TABLE memory_keywords ADD COLUMN doc INT;
+        UPDATE memory_keywords k SET doc = d.doc
+        FROM (SELECT tenant_id, user_id, memory_id,
+                     (row_number() OVER (PARTITION BY tenant_id, user_id ORDER BY memory_id) - 1)::int AS doc
+              FROM memory_keywords) d
+        WHERE k.tenant_id = d.tenant_id AND k.user_id = d.user_id AND k.memory_id = d.memory_id;
+        ALTER TABLE memory_keywords ALTER COLUMN doc SET NOT NULL;
+        CREATE UNIQUE INDEX memory_keywords_doc ON memory_keywords (tenant_id, user_id, doc);
+        CREATE TABLE memory_postings_by_doc (
+            tenant_id   TEXT NOT NULL,
+            user_id     TEXT NOT NULL,
+            term        TEXT NOT NULL,
+            doc         INT NOT NULL,
+            tf          INT NOT NULL,
+            length      INT NOT NULL
+        );
+        INSERT INTO memory_postings_by_doc
+            SELECT p.tenant_id, p.user_id, p.term, k.doc, p.tf, p.length
+            FROM memory_postings p JOIN memory_keywords k USING (tenant_id, user_id, memory_id);
+        DROP TABLE memory_postings;
+        ALTER TABLE memory_postings_by_doc RENAME TO memory_postings;
+        ALTER TABLE memory_postings ADD CONSTRAINT memory_postings_pkey
+            PRIMARY KEY (tenant_id, user_id, term, doc) INCLUDE (tf, length);
+        CREATE INDEX memory_postings_doc ON memory_postings (tenant_id, user_id, doc);
+        ALTER TABLE memory_postings SET (autovacuum_analyze_scale_factor = 0.01, autovacuum_analyze_threshold = 1000);
+        -- Document frequencies counted again over what was copied (a posting without its memory's
+        -- row, which no writer leaves, is not), then kept by the triggers of migration 6.
+        DELETE FROM memory_term_stats;
+        INSERT INTO memory_term_stats
+            SELECT tenant_id, user_id, term, count(*) FROM memory_postings GROUP BY 1, 2, 3;
+        CREATE TRIGGER memory_term_stats_insert AFTER INSERT ON memory_postings
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_insert();
+        CREATE TRIGGER memory_term_stats_delete AFTER DELETE ON memory_postings
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_delete();
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

@@ -2,14 +2,21 @@
 
 import math
 import uuid
+from collections import Counter
 
+import asyncpg
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.records import MemoryRow
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.stores.keyword_index import KeywordIndex
+from serve_app.stores.keyword_index import KeywordIndex, int4_array
+from serve_app.stores.pg_pool import create_pool
+from serve_app.stores.pg_schema import MIGRATIONS, migrate
 
 HOSTILE = ['x" or user_id != "', "q'\n\u00e9", "a\\", "' or 1=1 --", "\u202eevil", "%", "_"]
 
@@ -191,7 +198,6 @@ async def test_memories_of_an_older_analysis_are_indexed_again_resumably(backend
         await stores.close()
 
 
-
 async def test_a_reply_indexed_with_a_whole_long_turn_before_it_is_indexed_again_with_its_end(backends):
     """Analysis 2 indexed a memory with every word of the turns before it; PostgreSQL kept those
     turns, so the re-index applies this analysis' rule (their ends) from them alone."""
@@ -219,6 +225,7 @@ async def test_a_reply_indexed_with_a_whole_long_turn_before_it_is_indexed_again
         await stores.keywords.delete("t", user=user)
         await stores.close()
 
+
 # BM25 by scanning every memory and posting of the user: the statement the kept statistics replace,
 # kept here as the reference the fast one must equal.
 _SEARCH_BY_SCAN = """
@@ -226,8 +233,9 @@ WITH stats AS (
     SELECT count(*)::float8 AS n, coalesce(avg(length), 1)::float8 AS avgdl
     FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2
 ), postings AS (
-    SELECT memory_id, tf::float8 AS tf, length::float8 AS length, count(*) OVER (PARTITION BY term)::float8 AS df
-    FROM memory_postings WHERE tenant_id = $1 AND user_id = $2 AND term = ANY($3::text[])
+    SELECT k.memory_id, p.tf::float8 AS tf, p.length::float8 AS length, count(*) OVER (PARTITION BY p.term)::float8 AS df
+    FROM memory_postings p JOIN memory_keywords k ON k.tenant_id = p.tenant_id AND k.user_id = p.user_id AND k.doc = p.doc
+    WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.term = ANY($3::text[])
 )
 SELECT memory_id, sum(ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5)) * p.tf * 2.2
                       / (p.tf + 1.2 * (0.25 + 0.75 * p.length / s.avgdl))) AS score
@@ -292,3 +300,110 @@ async def test_kept_statistics_follow_every_write_and_search_equals_a_full_scan(
         tenant,
     )
     assert left == 0 and await keywords.search(tenant, "ann", "lamp", limit=5) == []
+
+
+_WORDS = ["lamp", "oslo", "kettle", "ticket", "fence"]  # few, so that memories tie
+
+
+@hyp_settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["write", "write", "write", "delete"]),
+            st.integers(0, 11),
+            st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3),
+    st.integers(1, 8),
+)
+async def test_search_equals_the_statement_that_sums_in_postgresql_after_any_writes(keywords, steps, query, limit):
+    """Memories numbered, re-indexed, deleted and numbered again in any order: the search that sums
+    posting arrays finds what BM25 summed by PostgreSQL over the same index finds."""
+    tenant, user = "numbered", "u-" + uuid.uuid4().hex[:6]
+    for action, memory, words in steps:
+        if action == "write":
+            await keywords.upsert([_row(tenant, user, "s", memory, " ".join(words))])
+        else:
+            await keywords.delete(tenant, user=user, memory_id=f"s-{memory}")
+    numbers = await keywords.pool.fetch("SELECT doc FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2", tenant, user)
+    assert len({r["doc"] for r in numbers}) == len(numbers)  # one number a memory
+    terms = list(dict.fromkeys(normalize(" ".join(query)).split()))
+    found = [(h.id, h.score) for h in await keywords.search(tenant, user, " ".join(terms), limit=limit)]
+    summed = [(r["memory_id"], r["score"]) for r in await keywords.pool.fetch(_SEARCH_BY_SCAN, tenant, user, terms)]
+    # Equal scores are ordered by id both ways; sums in another order differ in the last bits only.
+    assert [i for i, _ in found] == [i for i, _ in _by_score_then_id(summed)][:limit]
+    assert [s for _, s in found] == pytest.approx([s for _, s in _by_score_then_id(summed)][:limit], rel=1e-12)
+    await keywords.delete(tenant, user=user)
+
+
+def _by_score_then_id(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    return sorted(scored, key=lambda p: (-round(p[1], 9), p[0]))
+
+
+async def test_postings_arrive_as_postgresql_sends_an_int4_array(keywords: KeywordIndex):
+    sent = await keywords.pool.fetchval("SELECT array_send(ARRAY[0, 7, -3, 2147483647]::int[])")
+    assert int4_array(sent).tolist() == [0, 7, -3, 2147483647]
+    assert int4_array(await keywords.pool.fetchval("SELECT array_send('{}'::int[])")).tolist() == []
+    assert int4_array(None).tolist() == []
+    with pytest.raises(ValueError):
+        int4_array(await keywords.pool.fetchval("SELECT array_send(ARRAY[1, NULL]::int[])"))
+
+
+async def test_an_index_written_before_memories_were_numbered_is_numbered_by_its_migration(backends):
+    """A database at schema 10 (postings keyed by memory id) migrates to numbered memories: every
+    posting kept under its memory's number, the statistics the same, search as before, and a new
+    memory numbered after the others."""
+    name = "numbering_" + uuid.uuid4().hex[:8]
+    admin = await asyncpg.connect(backends.env["POSTGRES_DSN"])
+    await admin.execute(f"CREATE DATABASE {name}")
+    dsn = backends.env["POSTGRES_DSN"].rsplit("/", 1)[0] + "/" + name
+    pool = await create_pool(dsn)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "CREATE TABLE schema_migrations (version INT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            for version, sql in MIGRATIONS[:10]:
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            texts = {
+                "ann": ["Alice bought a red lamp in Oslo", "The kettle from Oslo broke", "lamp lamp fence"],
+                "ben": ["Oslo gym locker"],
+            }
+            for user, said in texts.items():
+                for i, text in enumerate(said):
+                    terms = Counter(normalize(text).split())
+                    await conn.execute(
+                        "INSERT INTO memory_keywords (tenant_id, user_id, memory_id, session_id, seq, role, kind, text,"
+                        " created_at, length) VALUES ('t', $1, $2, 's', $3, 'user', 'turn', $4, 0, $5)",
+                        user, f"m{9 - i}", i, text, sum(terms.values()),
+                    )  # fmt: skip
+                    await conn.executemany(
+                        "INSERT INTO memory_postings (tenant_id, user_id, term, memory_id, tf, length)"
+                        " VALUES ('t', $1, $2, $3, $4, $5)",
+                        [(user, term, f"m{9 - i}", tf, sum(terms.values())) for term, tf in terms.items()],
+                    )
+        assert await migrate(pool) == MIGRATIONS[-1][0]
+        keywords = KeywordIndex(pool)
+        assert await _stats_drift(keywords, "t") == []
+        numbered = await pool.fetch("SELECT user_id, memory_id, doc FROM memory_keywords ORDER BY 1, 2")
+        assert [(r["user_id"], r["memory_id"], r["doc"]) for r in numbered] == [
+            ("ann", "m7", 0), ("ann", "m8", 1), ("ann", "m9", 2), ("ben", "m9", 0),
+        ]  # fmt: skip
+        assert await pool.fetchval("SELECT count(*) FROM memory_postings") == sum(
+            len(set(normalize(t).split())) for said in texts.values() for t in said
+        )
+        terms = normalize("lamp Oslo").split()
+        found = [(h.id, h.score) for h in await keywords.search("t", "ann", " ".join(terms), limit=10)]
+        summed = [(r["memory_id"], r["score"]) for r in await pool.fetch(_SEARCH_BY_SCAN, "t", "ann", terms)]
+        assert [i for i, _ in found] == [i for i, _ in summed] and len(found) == 3
+        await keywords.upsert([_row("t", "ann", "s2", 1, "a second lamp for Oslo")])
+        assert await pool.fetchval("SELECT doc FROM memory_keywords WHERE memory_id = 's2-1'") == 3
+        assert await _stats_drift(keywords, "t") == []
+    finally:
+        await pool.close()
+        await admin.execute(f"DROP DATABASE {name}")
+        await admin.close()

@@ -1,0 +1,70 @@
+"""BM25 summed per memory over the query terms' posting lists, in arrays.
+
+A query's terms are held by tens of thousands of one user's memories at 100k; summing their
+postings per memory is most of a keyword search. PostgreSQL does it a row at a time through its
+executor; here each term's list arrives as three arrays (memory numbers, term frequencies,
+lengths) and the sum is one `bincount`. Pure: the keyword index reads the lists, this scores them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+TIE_TOLERANCE = 1e-9
+"""Scores this close to the cut are kept for the caller to order by memory id: the same terms
+summed in another order differ in the last bits, and a tie must not be broken by that."""
+
+
+def idf(df: float, n: float) -> float:
+    """BM25's inverse document frequency of a term that `df` of `n` memories hold."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True)
+class PostingList:
+    """One query term's postings in one user's memories: its idf and, per memory holding it, the
+    memory's number, the term's frequency in it and the memory's length in terms."""
+
+    idf: float
+    docs: np.ndarray
+    tfs: np.ndarray
+    lengths: np.ndarray
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Memories by number, best first, with their BM25 score and the idf of the query terms they hold."""
+
+    docs: np.ndarray
+    scores: np.ndarray
+    matched_idf: np.ndarray
+
+
+def best_documents(lists: Sequence[PostingList], avgdl: float, limit: int, *, k1: float = BM25_K1, b: float = BM25_B) -> Ranked:
+    """The memories scoring at least the `limit`-th best score, best first (ties by number). Every
+    memory within `TIE_TOLERANCE` of the cut is kept, so the caller can order ties by memory id and
+    cut at `limit` exactly as one SQL statement ordering by score then id would."""
+    held = [p for p in lists if len(p.docs)]
+    if limit <= 0 or not held:
+        empty = np.empty(0)
+        return Ranked(empty.astype(np.int64), empty, empty)
+    docs = np.concatenate([p.docs for p in held]).astype(np.int64)
+    tfs = np.concatenate([p.tfs for p in held]).astype(np.float64)
+    lengths = np.concatenate([p.lengths for p in held]).astype(np.float64)
+    idfs = np.repeat([p.idf for p in held], [len(p.docs) for p in held])
+    weights = idfs * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * lengths / avgdl))
+    scores = np.bincount(docs, weights=weights)
+    matched = np.bincount(docs, weights=idfs)
+    present = np.flatnonzero(np.bincount(docs) > 0)
+    if len(present) > limit:
+        cut = np.partition(scores[present], len(present) - limit)[len(present) - limit]
+        present = present[scores[present] >= cut - TIE_TOLERANCE * max(1.0, abs(cut))]
+    order = np.lexsort((present, -scores[present]))
+    chosen = present[order]
+    return Ranked(chosen, scores[chosen], matched[chosen])
