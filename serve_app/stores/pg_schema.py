@@ -294,6 +294,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once
+MIGRATION_TIMEOUT_S = 24 * 3600.0
+"""A migration rewrites tables as large as the index: the pool's command timeout guards requests."""
 
 
 async def migrate(pool: asyncpg.Pool) -> int:
@@ -308,6 +310,6 @@ async def migrate(pool: asyncpg.Pool) -> int:
             if version in applied:
                 continue
             async with conn.transaction():
-                await conn.execute(sql)
+                await conn.execute(sql, timeout=MIGRATION_TIMEOUT_S)
                 await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
         return max([v for v, _ in MIGRATIONS] + list(applied))

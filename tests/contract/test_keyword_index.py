@@ -355,7 +355,8 @@ async def test_postings_arrive_as_postgresql_sends_an_int4_array(keywords: Keywo
 async def test_an_index_written_before_memories_were_numbered_is_numbered_by_its_migration(backends):
     """A database at schema 10 (postings keyed by memory id) migrates to numbered memories: every
     posting kept under its memory's number, the statistics the same, search as before, and a new
-    memory numbered after the others."""
+    memory numbered after the others. A migration over a large index outlasts the pool's command
+    timeout, which guards requests, not migrations."""
     name = "numbering_" + uuid.uuid4().hex[:8]
     admin = await asyncpg.connect(backends.env["POSTGRES_DSN"])
     await admin.execute(f"CREATE DATABASE {name}")
@@ -386,14 +387,29 @@ async def test_an_index_written_before_memories_were_numbered_is_numbered_by_its
                         " VALUES ('t', $1, $2, $3, $4, $5)",
                         [(user, term, f"m{9 - i}", tf, sum(terms.values())) for term, tf in terms.items()],
                     )
-        assert await migrate(pool) == MIGRATIONS[-1][0]
+            # A large user besides (300,000 postings), so that the migration takes seconds.
+            await conn.execute(
+                "INSERT INTO memory_keywords (tenant_id, user_id, memory_id, session_id, seq, role, kind, text, created_at,"
+                " length) SELECT 'bulk', 'many', 'm' || i, 's', i, 'user', 'turn', 'words', 0, 10"
+                " FROM generate_series(1, 30000) i"
+            )
+            await conn.execute(
+                "INSERT INTO memory_postings (tenant_id, user_id, term, memory_id, tf, length)"
+                " SELECT 'bulk', 'many', 'w' || (i % 1000 + j), 'm' || i, 1, 10"
+                " FROM generate_series(1, 30000) i, generate_series(1, 10) j"
+            )
+        impatient = await asyncpg.create_pool(dsn, min_size=1, max_size=2, command_timeout=0.5)
+        try:
+            assert await migrate(impatient) == MIGRATIONS[-1][0]
+        finally:
+            await impatient.close()
         keywords = KeywordIndex(pool)
         assert await _stats_drift(keywords, "t") == []
-        numbered = await pool.fetch("SELECT user_id, memory_id, doc FROM memory_keywords ORDER BY 1, 2")
+        numbered = await pool.fetch("SELECT user_id, memory_id, doc FROM memory_keywords WHERE tenant_id = 't' ORDER BY 1, 2")
         assert [(r["user_id"], r["memory_id"], r["doc"]) for r in numbered] == [
             ("ann", "m7", 0), ("ann", "m8", 1), ("ann", "m9", 2), ("ben", "m9", 0),
         ]  # fmt: skip
-        assert await pool.fetchval("SELECT count(*) FROM memory_postings") == sum(
+        assert await pool.fetchval("SELECT count(*) FROM memory_postings WHERE tenant_id = 't'") == sum(
             len(set(normalize(t).split())) for said in texts.values() for t in said
         )
         terms = normalize("lamp Oslo").split()
