@@ -54,14 +54,15 @@ def best_documents(lists: Sequence[PostingList], avgdl: float, limit: int, *, k1
     if limit <= 0 or not held:
         empty = np.empty(0)
         return Ranked(empty.astype(np.int64), empty, empty)
-    docs = np.concatenate([p.docs for p in held]).astype(np.int64)
-    tfs = np.concatenate([p.tfs for p in held]).astype(np.float64)
-    lengths = np.concatenate([p.lengths for p in held]).astype(np.float64)
-    idfs = np.repeat([p.idf for p in held], [len(p.docs) for p in held])
-    weights = idfs * tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * lengths / avgdl))
-    scores = np.bincount(docs, weights=weights)
-    matched = np.bincount(docs, weights=idfs)
-    present = np.flatnonzero(np.bincount(docs) > 0)
+    size = max(int(p.docs.max()) for p in held) + 1
+    scores = np.zeros(size)
+    matched = np.zeros(size)
+    for p in held:
+        # Each memory holds a term once: one list adds to each memory at most once, by assignment.
+        tfs = p.tfs.astype(np.float64)
+        scores[p.docs] += p.idf * (k1 + 1) * tfs / (tfs + (k1 * (1 - b) + (k1 * b / avgdl) * p.lengths))
+        matched[p.docs] += p.idf
+    present = np.flatnonzero(matched)  # every idf is positive: a memory holding a term has matched > 0
     if len(present) > limit:
         cut = np.partition(scores[present], len(present) - limit)[len(present) - limit]
         present = present[scores[present] >= cut - TIE_TOLERANCE * max(1.0, abs(cut))]

@@ -42,36 +42,44 @@ WITH stats AS (
     SELECT n::float8 AS n, CASE WHEN n > 0 THEN total_length::float8 / n ELSE 1 END AS avgdl
     FROM memory_user_stats WHERE tenant_id = $1 AND user_id = $2
 )
-SELECT t.df::float8 AS df, s.n, s.avgdl, l.docs, l.tfs, l.lengths
+SELECT t.df::float8 AS df, s.n, s.avgdl, l.postings
 FROM memory_term_stats t CROSS JOIN stats s
 CROSS JOIN LATERAL (
-    -- One index range scan a term; the three arrays list its postings in the same order.
-    SELECT array_send(array_agg(p.doc)) AS docs, array_send(array_agg(p.tf)) AS tfs,
-           array_send(array_agg(p.length)) AS lengths
+    -- One index range scan a term, one array of its postings: (doc << 32) | (tf << 16) | length.
+    SELECT array_send(array_agg((p.doc::int8 << 32) | (p.tf::int8 << 16) | p.length)) AS postings
     FROM memory_postings p WHERE p.tenant_id = $1 AND p.user_id = $2 AND p.term = t.term
 ) l
 WHERE t.tenant_id = $1 AND t.user_id = $2 AND t.term = ANY($3::text[]) AND t.df > 0
 """
-"""Each query term the user's memories hold: its document frequency and its postings, as arrays."""
+"""Each query term the user's memories hold: its document frequency and its postings, packed."""
 
-_INT4_OID = 23
+_INT8_OID = 20
+MAX_TERMS_A_MEMORY = MAX_KEYWORD_BYTES // 2
+"""A term and the space after it take two bytes at least: a memory's length (and so any term's
+frequency in it) fits the 16 bits a packed posting gives it."""
+assert MAX_TERMS_A_MEMORY < 1 << 16
 
 
-def int4_array(data: bytes | None) -> np.ndarray:
-    """A one-dimensional int4[] without nulls in PostgreSQL's binary form (`array_send`), as numbers."""
+def int8_array(data: bytes | None) -> np.ndarray:
+    """A one-dimensional int8[] without nulls in PostgreSQL's binary form (`array_send`), as numbers."""
     if not data:
-        return np.empty(0, dtype=np.int32)
+        return np.empty(0, dtype=np.int64)
     ndim, has_nulls, element = struct.unpack_from(">iii", data)
     if ndim == 0:
-        return np.empty(0, dtype=np.int32)
-    if ndim != 1 or has_nulls or element != _INT4_OID:
-        raise ValueError(f"expected a one-dimensional int4[] without nulls, got ndim {ndim}, element oid {element}")
+        return np.empty(0, dtype=np.int64)
+    if ndim != 1 or has_nulls or element != _INT8_OID:
+        raise ValueError(f"expected a one-dimensional int8[] without nulls, got ndim {ndim}, element oid {element}")
     (count,) = struct.unpack_from(">i", data, 12)
-    # After the header (ndim, nulls flag, oid, length, lower bound) each element is its length, 4, then its value.
-    pairs = np.frombuffer(data, dtype=">i4", offset=20)
-    if len(pairs) != 2 * count:
-        raise ValueError(f"int4[] of {count} elements in {len(data)} bytes")
-    return pairs[1::2].astype(np.int32)
+    # After the header (ndim, nulls flag, oid, length, lower bound) each element is its length, 8, then its value.
+    elements = np.frombuffer(data, dtype=np.dtype([("size", ">i4"), ("value", ">i8")]), offset=20)
+    if len(elements) != count:
+        raise ValueError(f"int8[] of {count} elements in {len(data)} bytes")
+    return elements["value"].astype(np.int64)
+
+
+def unpack_postings(idf_of_term: float, packed: np.ndarray) -> PostingList:
+    """A term's postings as `_POSTING_LISTS` packs them: memory number, frequency, memory length."""
+    return PostingList(idf_of_term, packed >> 32, (packed >> 16) & 0xFFFF, packed & 0xFFFF)
 
 
 @traced_store("postgresql")
@@ -273,10 +281,7 @@ class KeywordIndex:
             if not terms_held:
                 return []
             n, avgdl = terms_held[0]["n"], terms_held[0]["avgdl"]
-            lists = [
-                PostingList(idf(t["df"], n), int4_array(t["docs"]), int4_array(t["tfs"]), int4_array(t["lengths"]))
-                for t in terms_held
-            ]
+            lists = [unpack_postings(idf(t["df"], n), int8_array(t["postings"])) for t in terms_held]
             ranked = best_documents(lists, avgdl, limit)
             rows = await conn.fetch(
                 f"SELECT doc, {_HIT_COLUMNS} FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND doc = ANY($3::int[])",

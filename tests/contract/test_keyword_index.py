@@ -14,7 +14,7 @@ from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.records import MemoryRow
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.stores.keyword_index import KeywordIndex, int4_array
+from serve_app.stores.keyword_index import KeywordIndex, int8_array, unpack_postings
 from serve_app.stores.pg_pool import create_pool
 from serve_app.stores.pg_schema import MIGRATIONS, migrate
 
@@ -343,13 +343,22 @@ def _by_score_then_id(scored: list[tuple[str, float]]) -> list[tuple[str, float]
     return sorted(scored, key=lambda p: (-round(p[1], 9), p[0]))
 
 
-async def test_postings_arrive_as_postgresql_sends_an_int4_array(keywords: KeywordIndex):
-    sent = await keywords.pool.fetchval("SELECT array_send(ARRAY[0, 7, -3, 2147483647]::int[])")
-    assert int4_array(sent).tolist() == [0, 7, -3, 2147483647]
-    assert int4_array(await keywords.pool.fetchval("SELECT array_send('{}'::int[])")).tolist() == []
-    assert int4_array(None).tolist() == []
+async def test_postings_arrive_packed_as_postgresql_sends_an_int8_array(keywords: KeywordIndex):
+    sent = await keywords.pool.fetchval("SELECT array_send(ARRAY[0, 7, -3, 9223372036854775807]::int8[])")
+    assert int8_array(sent).tolist() == [0, 7, -3, 9223372036854775807]
+    assert int8_array(await keywords.pool.fetchval("SELECT array_send('{}'::int8[])")).tolist() == []
+    assert int8_array(None).tolist() == []
     with pytest.raises(ValueError):
-        int4_array(await keywords.pool.fetchval("SELECT array_send(ARRAY[1, NULL]::int[])"))
+        int8_array(await keywords.pool.fetchval("SELECT array_send(ARRAY[1, NULL]::int8[])"))
+    with pytest.raises(ValueError):
+        int8_array(await keywords.pool.fetchval("SELECT array_send(ARRAY[1]::int4[])"))
+    # The largest number, frequency and length a posting can hold come back as they went in.
+    packed = await keywords.pool.fetchval(
+        "SELECT array_send(ARRAY[(2147483647::int8 << 32) | (65535::int8 << 16) | 65535, (5::int8 << 32) | (1 << 16) | 9])"
+    )
+    postings = unpack_postings(1.5, int8_array(packed))
+    assert postings.docs.tolist() == [2147483647, 5]
+    assert postings.tfs.tolist() == [65535, 1] and postings.lengths.tolist() == [65535, 9]
 
 
 async def test_an_index_written_before_memories_were_numbered_is_numbered_by_its_migration(backends):
