@@ -29,6 +29,7 @@ from serve_app.encoding import DOCUMENT_EMBEDDING
 from serve_app.runtime.tracing import traced_store
 
 MAX_QUERY_TERMS = 64
+SCORE_DIGITS = 9
 MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 
 
@@ -296,7 +297,9 @@ class KeywordIndex:
             (-score, by_doc[doc]["memory_id"], by_doc[doc], matched)
             for doc, score, matched in zip(ranked.docs.tolist(), ranked.scores.tolist(), ranked.matched_idf.tolist(), strict=True)
         ]
-        found.sort(key=lambda f: (f[0], f[1]))
+        # Equal scores by memory id. Memories whose scores are equal but for the order their terms
+        # were added in differ in the last bits, so scores are compared to SCORE_DIGITS places.
+        found.sort(key=lambda f: (round(f[0], SCORE_DIGITS), f[1]))
         return [
             _hit(row, matched / query_idf if query_idf > 0 else 0.0, score=-negated) for negated, _, row, matched in found[:limit]
         ]

@@ -14,7 +14,7 @@ from serve_app.core.keywords import memory_keywords, normalize
 from serve_app.core.records import MemoryRow
 from serve_app.settings import Settings
 from serve_app.stores.bundle import Stores
-from serve_app.stores.keyword_index import KeywordIndex, int8_array, unpack_postings
+from serve_app.stores.keyword_index import SCORE_DIGITS, KeywordIndex, int8_array, unpack_postings
 from serve_app.stores.pg_pool import create_pool
 from serve_app.stores.pg_schema import MIGRATIONS, migrate
 
@@ -340,7 +340,7 @@ async def test_search_equals_the_statement_that_sums_in_postgresql_after_any_wri
 
 
 def _by_score_then_id(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    return sorted(scored, key=lambda p: (-round(p[1], 9), p[0]))
+    return sorted(scored, key=lambda p: (round(-p[1], SCORE_DIGITS), p[0]))
 
 
 async def test_postings_arrive_packed_as_postgresql_sends_an_int8_array(keywords: KeywordIndex):
