@@ -293,9 +293,11 @@ class KeywordIndex:
         by_doc = {r["doc"]: r for r in rows}
         # The query's whole weight: terms no memory holds weigh most (df 0) and match nothing.
         query_idf = sum(p.idf for p in lists) + (len(unique) - len(lists)) * idf(0.0, n)
+        # A posting whose memory row is gone (a manual DELETE of the row alone) names no memory.
         found = [
             (-score, by_doc[doc]["memory_id"], by_doc[doc], matched)
             for doc, score, matched in zip(ranked.docs.tolist(), ranked.scores.tolist(), ranked.matched_idf.tolist(), strict=True)
+            if doc in by_doc
         ]
         # Equal scores by memory id. Memories whose scores are equal but for the order their terms
         # were added in differ in the last bits, so scores are compared to SCORE_DIGITS places.

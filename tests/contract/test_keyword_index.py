@@ -432,3 +432,14 @@ async def test_an_index_written_before_memories_were_numbered_is_numbered_by_its
         await pool.close()
         await admin.execute(f"DROP DATABASE {name}")
         await admin.close()
+
+
+async def test_postings_left_by_a_manual_delete_of_a_memory_row_find_nothing(keywords: KeywordIndex):
+    """A memory row deleted by hand leaves its postings: a search skips them instead of failing."""
+    tenant, user = "orphans", "u-" + uuid.uuid4().hex[:6]
+    await keywords.upsert([_row(tenant, user, "s", 1, "a lamp in Oslo"), _row(tenant, user, "s", 2, "another lamp")])
+    await keywords.pool.execute(
+        "DELETE FROM memory_keywords WHERE tenant_id = $1 AND user_id = $2 AND memory_id = 's-1'", tenant, user
+    )
+    assert [h.id for h in await keywords.search(tenant, user, normalize("lamp Oslo"), limit=5)] == ["s-2"]
+    await keywords.delete(tenant, user=user)
