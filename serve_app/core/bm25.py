@@ -2,8 +2,8 @@
 
 A query's terms are held by tens of thousands of one user's memories at 100k; summing their
 postings per memory is most of a keyword search. PostgreSQL does it a row at a time through its
-executor; here each term's list arrives as three arrays (memory numbers, term frequencies,
-lengths) and the sum is one `bincount`. Pure: the keyword index reads the lists, this scores them.
+executor; here each term's list arrives as arrays (memory numbers, term frequencies, lengths) and
+is added to every memory's score at once. Pure: the keyword index reads the lists, this scores them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import numpy as np
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-TIE_TOLERANCE = 1e-9
+SCORE_DIGITS = 9
+"""Scores are compared to this many places: equal scores go by memory id."""
+TIE_TOLERANCE = 10.0**-SCORE_DIGITS
 """Scores this close to the cut are kept for the caller to order by memory id: the same terms
 summed in another order differ in the last bits, and a tie must not be broken by that."""
 

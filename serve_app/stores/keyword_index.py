@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import asyncpg
 import numpy as np
 
-from serve_app.core.bm25 import PostingList, best_documents, idf
+from serve_app.core.bm25 import SCORE_DIGITS, PostingList, best_documents, idf
 from serve_app.core.ids import VECTOR_KEYS
 from serve_app.core.keywords import ANALYSIS_VERSION, normalize
 from serve_app.core.records import MAX_TEXT_BYTES, Hit, MemoryRow, clip_utf8
@@ -29,7 +29,6 @@ from serve_app.encoding import DOCUMENT_EMBEDDING
 from serve_app.runtime.tracing import traced_store
 
 MAX_QUERY_TERMS = 64
-SCORE_DIGITS = 9
 MAX_KEYWORD_BYTES = 4 * MAX_TEXT_BYTES
 
 
