@@ -174,8 +174,10 @@ def _ui_secret(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-class _StopRequested(Exception):
-    """Raised in the main thread by SIGINT/SIGTERM to leave whatever `up` was waiting on."""
+class _StopRequested(BaseException):
+    """Raised in the main thread by SIGINT/SIGTERM to leave whatever `up` was waiting on. A
+    BaseException, as KeyboardInterrupt is: the signal lands in whatever runs, Ray's code during a
+    deploy, and library code that turns any `Exception` into an error of its own must let it by."""
 
 
 def _stop_handler(stop: threading.Event):
