@@ -54,8 +54,9 @@ BIND_ATTEMPTS = 3
 # beside an embedded Milvus server, about one ray.init in ten waits out its 30 s for a raylet that
 # exited before writing a log line, and the next one starts (docs/benchmarks/engines.md).
 NODE_ATTEMPTS = 3
-# Ray's words for a node whose raylet never registered.
-_NODE_TIMEOUT = "timed out during startup"
+# Ray's words for a node that never came up: its raylet never registered, or its GCS never wrote
+# the port it listens on (seen beside a Milvus server under load, the GCS gone without a log line).
+_NODE_TIMEOUT = re.compile(r"timed out during startup|Timed out waiting for file \S*gcs_server_port")
 # HAProxy's words for a port it could not bind, naming the port.
 _BIND_FAILURE = re.compile(r"cannot bind socket \(Address already in use\) for \[[^\]]*:(\d+)\]")
 
@@ -109,14 +110,71 @@ def _init_node(ray, kwargs: dict[str, Any]) -> None:
     """ray.init, started again when the node timed out during startup (NODE_ATTEMPTS); any other
     failure is the caller's."""
     for attempt in range(1, NODE_ATTEMPTS + 1):
+        before = child_pids()
         try:
             ray.init(**kwargs)
             return
         except Exception as exc:
-            if _NODE_TIMEOUT not in str(exc) or attempt == NODE_ATTEMPTS:
+            stop_leftovers_of_a_failed_start(before)
+            if not _NODE_TIMEOUT.search(str(exc)) or attempt == NODE_ATTEMPTS:
                 raise
             logger.warning("the Ray node did not come up (%s): starting it again (attempt %d)", exc, attempt + 1)
             ray.shutdown()
+
+
+def child_pids() -> set[int]:
+    """This process's children now: what a start that fails must leave running."""
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}
+
+
+def stop_leftovers_of_a_failed_start(before: set[int], grace_s: float = 5.0) -> int:
+    """Stop the Ray processes this process started that are not in `before` (its children's pids
+    when the start began); returns how many were running.
+
+    A ray.init that fails while its node starts leaves what the node had started so far (its
+    reaper first, then the GCS, perhaps a raylet) running: the node was never Ray's, so
+    ray.shutdown stops nothing. Its reaper, once this process exits, sends SIGTERM to this whole
+    process group, this process included: it goes first, then the rest. Processes started before
+    (another Ray of this process, the embedded stores) are left alone."""
+    import psutil
+    import ray
+
+    ray_code = os.path.dirname(ray.__file__) + os.sep
+    started: list[psutil.Process] = []
+    for child in psutil.Process().children():
+        try:
+            if child.pid not in before and any(ray_code in part for part in child.cmdline()):
+                started.append(child)
+        except psutil.Error:
+            continue
+    started.sort(key=lambda p: not _is_reaper(p))
+    for proc in started:
+        try:
+            for descendant in proc.children(recursive=True):
+                descendant.terminate()
+            proc.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(started, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    if started:
+        logger.warning("stopped %d processes left by a Ray start that failed", len(started))
+    return len(started)
+
+
+def _is_reaper(proc) -> bool:
+    import psutil
+
+    try:
+        return any(part.endswith("ray_process_reaper.py") for part in proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 def stop_ray() -> None:

@@ -231,6 +231,46 @@ def test_a_ray_node_that_timed_out_during_startup_is_started_again():
     assert (other.inits, other.shutdowns) == (1, 0)
 
 
+def test_a_ray_node_whose_gcs_never_wrote_its_port_is_started_again():
+    """The GCS can be gone before it writes the port it listens on: the node never came up either."""
+    from serve_app.deploy.local_ray import _init_node
+
+    gcs = RayTimingOut(
+        failures=1,
+        error="Timed out waiting for file /tmp/memserve-ray-343b5c27da/session_2026-12-07_17-51-31_801978_20536/"
+        "gcs_server_port_64cad47351ea8be8a4d88b8dcdec59b8d479db07f4e6ae850a2968eb",
+    )
+    _init_node(gcs, {})
+    assert gcs.inits == 2
+
+
+def test_what_a_failed_ray_start_left_running_is_stopped_reaper_first(tmp_path):
+    """Ray's own reaper, left running by a failed ray.init, is stopped; a process started before the
+    attempt, and one that is not Ray's, are not."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+
+    from serve_app.deploy.local_ray import child_pids, stop_leftovers_of_a_failed_start
+
+    reaper_code = os.path.join(os.path.dirname(ray.__file__), "_private", "ray_process_reaper.py")
+    earlier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", reaper_code])
+    before = child_pids()
+    # A session of its own: a reaper that read EOF would signal its own process group only.
+    reaper = subprocess.Popen([sys.executable, "-u", reaper_code], stdin=subprocess.PIPE, start_new_session=True)
+    not_ray = subprocess.Popen(["sleep", "60"])
+    try:
+        assert stop_leftovers_of_a_failed_start(before) == 1
+        assert reaper.poll() is not None
+        assert earlier.poll() is None and not_ray.poll() is None
+    finally:
+        for proc in (earlier, reaper, not_ray):
+            proc.kill()
+            proc.wait()
+
+
 def _one(rendered: list[dict], kind: str, name: str | None = None) -> dict:
     (doc,) = [d for d in rendered if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return doc
