@@ -20,6 +20,9 @@ from serve_app.cli import DATA_DIR_MARKER, _run_dir
 from serve_app.runtime.processes import marked_processes
 
 GROUPS = (
+    # First: `up`'s own command line names the stores' ports (--milvus-port ...).
+    ("serve_app.cli up", "memserve up (Ray's driver)"),
+    ("memserve up", "memserve up (Ray's driver)"),
     ("Ingress", "serve: Ingress replicas"),
     ("Embedder", "serve: Embedder"),
     ("Memorizer", "serve: Memorizer"),
@@ -58,6 +61,13 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     that drops privileges, like PostgreSQL, may start with a fresh environment)."""
     marker = str(data_dir.resolve())
     found = {proc.pid: proc for proc in marked_processes(DATA_DIR_MARKER, marker)}
+    # `up` itself (Ray's driver) sets the marker after it started: its /proc environ lacks it.
+    pid_file = _run_dir(data_dir.resolve()) / "memserve.pid"
+    try:
+        up = psutil.Process(int(pid_file.read_text() or 0))
+        found[up.pid] = up
+    except (OSError, ValueError, psutil.Error):
+        pass
     backends_file = _run_dir(data_dir.resolve()) / "backends.json"
     if backends_file.exists():
         for info in json.loads(backends_file.read_text()).values():

@@ -41,3 +41,24 @@ def test_a_process_that_ends_while_it_is_read_is_left_out(tmp_path, monkeypatch)
     child.wait()
     monkeypatch.setattr("bench.load.service_processes", lambda _data_dir: [listed])
     assert set(cpu_seconds(tmp_path)) == {CLIENT}
+
+
+def test_memserve_up_itself_is_counted_though_its_environment_lacks_the_marker(tmp_path):
+    """`up` is Ray's driver and sets the data-dir marker after it started, so its /proc environ
+    lacks it: its pid file finds it, and its memory and CPU count as the driver's."""
+    from bench.memory import group_of, measure, service_processes
+    from serve_app.cli import _run_dir
+
+    up = subprocess.Popen([sys.executable, "-c", BURN, "-m", "serve_app.cli", "up", "--milvus-port", "1"])
+    try:
+        (_run_dir(tmp_path.resolve()) / "memserve.pid").write_text(str(up.pid))
+        deadline = time.monotonic() + 20
+        while sum(psutil.Process(up.pid).cpu_times()[:2]) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = {proc.pid: proc for proc in service_processes(tmp_path)}
+        assert group_of(found[up.pid]) == "memserve up (Ray's driver)"
+        assert cpu_seconds(tmp_path)["memserve up (Ray's driver)"] >= 0.35
+        assert measure(tmp_path)[0]["memserve up (Ray's driver)"] > 1
+    finally:
+        up.kill()
+        up.wait()
