@@ -144,3 +144,13 @@ def test_the_unrelated_share_is_their_memory_tokens_over_an_answerable_questions
     figures = unrelated_share(rows, [2048])
     assert figures["questions"] == 2 and figures["memory tokens@2048"] == 80
     assert figures["share@2048"] == 80 / 800
+
+
+def test_bench_memorize_takes_only_long_messages_as_long_turns_in_conversation_order(tmp_path):
+    from bench.memorize import long_turns
+
+    write_conversation(tmp_path / "2")
+    write_conversation(tmp_path / "10")
+    assert long_turns(tmp_path, 5, min_chars=len(LONG)) == [LONG, LONG]
+    assert long_turns(tmp_path, 1, min_chars=len(LONG)) == [LONG]
+    assert long_turns(tmp_path, 5, min_chars=len(LONG) + 1) == []
