@@ -19,10 +19,11 @@ import psutil
 from serve_app.cli import DATA_DIR_MARKER, _run_dir
 from serve_app.runtime.processes import marked_processes
 
+DRIVER = "memserve up (Ray's driver)"
 GROUPS = (
     # First: `up`'s own command line names the stores' ports (--milvus-port ...).
-    ("serve_app.cli up", "memserve up (Ray's driver)"),
-    ("memserve up", "memserve up (Ray's driver)"),
+    ("serve_app.cli up", DRIVER),
+    ("memserve up", DRIVER),
     ("Ingress", "serve: Ingress replicas"),
     ("Embedder", "serve: Embedder"),
     ("Memorizer", "serve: Memorizer"),
@@ -61,11 +62,13 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     that drops privileges, like PostgreSQL, may start with a fresh environment)."""
     marker = str(data_dir.resolve())
     found = {proc.pid: proc for proc in marked_processes(DATA_DIR_MARKER, marker)}
-    # `up` itself (Ray's driver) sets the marker after it started: its /proc environ lacks it.
+    # `up` itself (Ray's driver) sets the marker after it started: its /proc environ lacks it. A
+    # pid file left by an `up` that died may name another process since: it must be an `up`.
     pid_file = _run_dir(data_dir.resolve()) / "memserve.pid"
     try:
-        up = psutil.Process(int(pid_file.read_text() or 0))
-        found[up.pid] = up
+        up = psutil.Process(int(pid_file.read_text()))
+        if group_of(up) == DRIVER:
+            found[up.pid] = up
     except (OSError, ValueError, psutil.Error):
         pass
     backends_file = _run_dir(data_dir.resolve()) / "backends.json"

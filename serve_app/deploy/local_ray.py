@@ -11,7 +11,10 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psutil
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +171,7 @@ def stop_leftovers_of_a_failed_start(before: set[int], grace_s: float = 5.0) -> 
     return len(started)
 
 
-def _is_reaper(proc) -> bool:
+def _is_reaper(proc: psutil.Process) -> bool:
     import psutil
 
     try:

@@ -62,3 +62,10 @@ def test_memserve_up_itself_is_counted_though_its_environment_lacks_the_marker(t
     finally:
         up.kill()
         up.wait()
+    other = subprocess.Popen(["sleep", "30"])  # a pid file that names a process that is no `up`
+    try:
+        (_run_dir(tmp_path.resolve()) / "memserve.pid").write_text(str(other.pid))
+        assert other.pid not in {proc.pid for proc in service_processes(tmp_path)}
+    finally:
+        other.kill()
+        other.wait()
