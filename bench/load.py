@@ -176,6 +176,14 @@ CLIENT = "load client (this process)"
 INGRESS = dict(GROUPS)["Ingress"]
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every process of the machine and the kernel have used (user, nice, system,
+    interrupts; guest time is inside user and nice already; steal is the hypervisor's): the check
+    that no process of the service escapes the sum of its groups."""
+    times = psutil.cpu_times()
+    return sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+
+
 def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each group of the service's processes, and by
     this client: the difference over a window says where each request's CPU went. The processes are
@@ -192,12 +200,22 @@ def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     return dict(totals)
 
 
-def cpu_per_request(before: dict[str, float], after: dict[str, float], requests: int, seconds: float) -> dict:
+def cpu_per_request(
+    before: dict[str, float], after: dict[str, float], requests: int, seconds: float, machine_s: float | None = None
+) -> dict:
+    """Per request: each group's CPU and, given `machine_s` (`machine_busy_s` over the same window),
+    the machine's whole CPU with what of it no group counted (other processes, the kernel's work for
+    no process, a process of the service that the search for them missed)."""
     used = {group: after[group] - before.get(group, 0.0) for group in after}
-    return {
+    per = 1000 / max(1, requests)
+    figures = {
         "machine_busy": sum(used.values()) / (seconds * (psutil.cpu_count() or 1)),
-        "ms_per_request": {g: 1000 * v / max(1, requests) for g, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0},
+        "ms_per_request": {g: per * v for g, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0},
     }
+    if machine_s is not None:
+        figures["machine_ms_per_request"] = per * machine_s
+        figures["outside_ms_per_request"] = per * (machine_s - sum(used.values()))
+    return figures
 
 
 async def main_async(args) -> tuple[dict, dict]:
@@ -227,11 +245,12 @@ async def main_async(args) -> tuple[dict, dict]:
         for scenario, concurrency in tqdm(steps, desc="scenarios", unit="window"):
             op = getattr(load, scenario)
             await run_window(op, concurrency, args.warmup)
-            before = cpu_seconds(args.data_dir)
+            before, machine = cpu_seconds(args.data_dir), machine_busy_s()
             window = await run_window(op, concurrency, args.seconds)
             figures = window.figures()
             if args.data_dir:
-                figures["cpu"] = cpu_per_request(before, cpu_seconds(args.data_dir), figures["requests"], window.seconds)
+                after, machine = cpu_seconds(args.data_dir), machine_busy_s() - machine
+                figures["cpu"] = cpu_per_request(before, after, figures["requests"], window.seconds, machine)
             results[f"{scenario}@{concurrency}"] = figures
             if load.appended:  # each window starts from a caught-up memorizer
                 started = time.perf_counter()
@@ -308,6 +327,8 @@ def report_cpu(results: dict, top: int = 5) -> None:
     print("\nCPU ms per request by process (machine busy = share of all cores over the window)")
     for key, cpu in rows.items():
         parts = " | ".join(f"{g} {ms:.2f}" for g, ms in list(cpu["ms_per_request"].items())[:top])
+        if "machine_ms_per_request" in cpu:
+            parts += f"  (machine {cpu['machine_ms_per_request']:.2f}, outside every group {cpu['outside_ms_per_request']:.2f})"
         print(f"  {key:<15} busy {100 * cpu['machine_busy']:3.0f}%  {parts}")
 
 

@@ -40,7 +40,7 @@ import psutil
 from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
-from bench.load import CLIENT, Load, cpu_per_request, cpu_seconds, run_window
+from bench.load import CLIENT, Load, cpu_per_request, cpu_seconds, machine_busy_s, run_window
 from bench.memory import measure
 from bench.search_latency import timed
 
@@ -200,20 +200,22 @@ async def concurrent_context(args, user: str, sessions: list[str], asked: list[s
     async with aiohttp.ClientSession(args.url, connector=connector, timeout=timeout) as client:
         load = Load(client, user, sessions, asked)
         await run_window(load.context, args.concurrency, 3)
-        before = cpu_seconds(served)
+        before, machine = cpu_seconds(served), machine_busy_s()
         window = await run_window(load.context, args.concurrency, args.seconds)
-        after = cpu_seconds(served)
+        after, machine = cpu_seconds(served), machine_busy_s() - machine
     if load.counter > len(asked):
         raise SystemExit(f"{load.counter} requests but {len(asked)} distinct queries: raise --queries")
     figures = window.figures()
-    return {**figures, "cpu": cpu_per_request(before, after, figures["requests"], window.seconds)}
+    return {**figures, "cpu": cpu_per_request(before, after, figures["requests"], window.seconds, machine)}
 
 
 def with_cpu(served: Path | None, requests: int, run: Callable[[], list[float]]) -> tuple[list[float], dict]:
-    """What `run` returns, and the CPU its `requests` took in the service's processes."""
-    before, started = cpu_seconds(served), time.perf_counter()
+    """What `run` returns, and the CPU its `requests` took in the service's processes and on the
+    whole machine."""
+    before, machine, started = cpu_seconds(served), machine_busy_s(), time.perf_counter()
     samples = run()
-    return samples, cpu_per_request(before, cpu_seconds(served), requests, time.perf_counter() - started)
+    after, machine = cpu_seconds(served), machine_busy_s() - machine
+    return samples, cpu_per_request(before, after, requests, time.perf_counter() - started, machine)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -344,13 +346,16 @@ def report_cpu(results: dict, top: int = 4) -> None:
         return
     cores = psutil.cpu_count() or 1
     print(f"\nCPU ms per request in the service's processes (the client not counted); {cores} cores carry at most")
-    print(f"{cores} x 1000 / total requests a second")
-    print(f"{'memories':>9} {'window':<12} {'total':>7} {'req/s at most':>14}   largest")
+    print(f"{cores} x 1000 / total requests a second. The machine's whole CPU over the same window, and what")
+    print("of it neither the service's processes nor the client used (other processes, the kernel), checks the sum")
+    print(f"{'memories':>9} {'window':<12} {'total':>7} {'req/s at most':>14} {'machine':>8} {'outside':>8}   largest")
     for size, window, cpu in rows:
         service = {group: ms for group, ms in cpu["ms_per_request"].items() if group != CLIENT}
         total = sum(service.values())
         largest = " | ".join(f"{group} {ms:.1f}" for group, ms in list(service.items())[:top])
-        print(f"{size:>9} {window:<12} {total:>7.1f} {cores * 1000 / total if total else 0:>14.0f}   {largest}")
+        machine, outside = cpu.get("machine_ms_per_request", float("nan")), cpu.get("outside_ms_per_request", float("nan"))
+        at_most = cores * 1000 / total if total else 0
+        print(f"{size:>9} {window:<12} {total:>7.1f} {at_most:>14.0f} {machine:>8.1f} {outside:>8.1f}   {largest}")
 
 
 def report(results: dict, pss: dict[str, float], ended: int, args) -> None:
