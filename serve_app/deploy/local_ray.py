@@ -39,6 +39,10 @@ THROUGHPUT_ENV = {
     # default is sized for load balancers on other machines; HAProxy on this one health-checks a
     # failing server every 250 ms and drops it after two, and `memserve down` waits for the drain.
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+    # How often Serve's controller runs its control loop. At Ray's 0.1 s the controller was one of
+    # the largest shares of an idle `memserve up`'s CPU, which every request's CPU figure carries
+    # too (docs/benchmarks/memory.md). Health checks and autoscaling keep their own periods.
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
 }
 # Ports HAProxy mode opens besides the HTTP one (stats, its metrics, the fallback proxy used while an
 # app has no replica). Fresh ones per Ray, so two local Rays (the tests and a benchmark) can coexist.
