@@ -90,3 +90,18 @@ def test_cpu_no_group_counted_shows_as_outside_against_the_machines_whole_cpu(tm
     figures = cpu_per_request(before, after, 1, time.monotonic() - started, machine)
     assert set(figures["ms_per_request"]) <= {CLIENT}
     assert figures["outside_ms_per_request"] >= 350, figures
+
+
+def test_bench_scale_waits_until_the_service_is_idle_before_it_measures(tmp_path):
+    """Work a load leaves behind (a store compacting) is not counted in the first window's requests."""
+    from bench.scale import wait_idle
+
+    busy = subprocess.Popen([sys.executable, "-c", BURN], env={**os.environ, DATA_DIR_MARKER: str(tmp_path.resolve())})
+    try:
+        waited, rate = wait_idle(tmp_path, bound_ms_per_s=300, max_s=30, window_s=0.5)
+        assert sum(psutil.Process(busy.pid).cpu_times()[:2]) >= 0.35  # it waited out the burn
+        assert rate < 300 and waited >= 0.5
+    finally:
+        busy.kill()
+        busy.wait()
+    assert wait_idle(None, 300, 30)[0] == 0.0
