@@ -200,22 +200,28 @@ def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     return dict(totals)
 
 
-def cpu_per_request(
-    before: dict[str, float], after: dict[str, float], requests: int, seconds: float, machine_s: float | None = None
-) -> dict:
-    """Per request: each group's CPU and, given `machine_s` (`machine_busy_s` over the same window),
-    the machine's whole CPU with what of it no group counted (other processes, the kernel's work for
-    no process, a process of the service that the search for them missed)."""
-    used = {group: after[group] - before.get(group, 0.0) for group in after}
+CpuMark = tuple[dict[str, float], float]
+"""`cpu_seconds` of the service's groups and `machine_busy_s`, read together at one end of a window."""
+
+
+def cpu_mark(data_dir: Path | None) -> CpuMark:
+    return cpu_seconds(data_dir), machine_busy_s()
+
+
+def cpu_per_request(before: CpuMark, after: CpuMark, requests: int, seconds: float) -> dict:
+    """Per request, between two marks: each group's CPU, and the machine's whole CPU with what of it
+    no group counted (other processes, the kernel's work for no process, a process of the service
+    that the search for them missed)."""
+    (groups_before, machine_before), (groups_after, machine_after) = before, after
+    used = {group: groups_after[group] - groups_before.get(group, 0.0) for group in groups_after}
     per = 1000 / max(1, requests)
-    figures = {
+    machine = machine_after - machine_before
+    return {
         "machine_busy": sum(used.values()) / (seconds * (psutil.cpu_count() or 1)),
         "ms_per_request": {g: per * v for g, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0},
+        "machine_ms_per_request": per * machine,
+        "outside_ms_per_request": per * (machine - sum(used.values())),
     }
-    if machine_s is not None:
-        figures["machine_ms_per_request"] = per * machine_s
-        figures["outside_ms_per_request"] = per * (machine_s - sum(used.values()))
-    return figures
 
 
 async def main_async(args) -> tuple[dict, dict]:
@@ -245,12 +251,11 @@ async def main_async(args) -> tuple[dict, dict]:
         for scenario, concurrency in tqdm(steps, desc="scenarios", unit="window"):
             op = getattr(load, scenario)
             await run_window(op, concurrency, args.warmup)
-            before, machine = cpu_seconds(args.data_dir), machine_busy_s()
+            before = cpu_mark(args.data_dir)
             window = await run_window(op, concurrency, args.seconds)
             figures = window.figures()
             if args.data_dir:
-                after, machine = cpu_seconds(args.data_dir), machine_busy_s() - machine
-                figures["cpu"] = cpu_per_request(before, after, figures["requests"], window.seconds, machine)
+                figures["cpu"] = cpu_per_request(before, cpu_mark(args.data_dir), figures["requests"], window.seconds)
             results[f"{scenario}@{concurrency}"] = figures
             if load.appended:  # each window starts from a caught-up memorizer
                 started = time.perf_counter()
@@ -327,8 +332,7 @@ def report_cpu(results: dict, top: int = 5) -> None:
     print("\nCPU ms per request by process (machine busy = share of all cores over the window)")
     for key, cpu in rows.items():
         parts = " | ".join(f"{g} {ms:.2f}" for g, ms in list(cpu["ms_per_request"].items())[:top])
-        if "machine_ms_per_request" in cpu:
-            parts += f"  (machine {cpu['machine_ms_per_request']:.2f}, outside every group {cpu['outside_ms_per_request']:.2f})"
+        parts += f"  (machine {cpu['machine_ms_per_request']:.2f}, outside every group {cpu['outside_ms_per_request']:.2f})"
         print(f"  {key:<15} busy {100 * cpu['machine_busy']:3.0f}%  {parts}")
 
 

@@ -23,12 +23,11 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from bench.beam import APPEND_BATCH
 from bench.beam_data import conversation_folders, default_data_dir, load_conversation
 from bench.common import wait_memorized
 from bench.load import CLIENT, cpu_seconds
 from bench.locomo_data import turns_of
-
-APPEND_BATCH = 100  # the API's most messages per request
 
 
 def long_turns(data: Path, count: int, min_chars: int) -> list[str]:

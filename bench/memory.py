@@ -64,14 +64,14 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     found = {proc.pid: proc for proc in marked_processes(DATA_DIR_MARKER, marker)}
     # `up` itself (Ray's driver) sets the marker after it started: its /proc environ lacks it. A
     # pid file left by an `up` that died may name another process since: it must be an `up`.
-    pid_file = _run_dir(data_dir.resolve()) / "memserve.pid"
+    run_dir = _run_dir(data_dir.resolve())
     try:
-        up = psutil.Process(int(pid_file.read_text()))
+        up = psutil.Process(int((run_dir / "memserve.pid").read_text()))
         if group_of(up) == DRIVER:
             found[up.pid] = up
     except (OSError, ValueError, psutil.Error):
         pass
-    backends_file = _run_dir(data_dir.resolve()) / "backends.json"
+    backends_file = run_dir / "backends.json"
     if backends_file.exists():
         for info in json.loads(backends_file.read_text()).values():
             try:

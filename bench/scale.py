@@ -43,7 +43,7 @@ import psutil
 from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
-from bench.load import CLIENT, Load, cpu_per_request, cpu_seconds, machine_busy_s, run_window
+from bench.load import CLIENT, Load, cpu_mark, cpu_per_request, cpu_seconds, run_window
 from bench.memory import measure
 from bench.search_latency import timed
 
@@ -203,13 +203,13 @@ async def concurrent_context(args, user: str, sessions: list[str], asked: list[s
     async with aiohttp.ClientSession(args.url, connector=connector, timeout=timeout) as client:
         load = Load(client, user, sessions, asked)
         await run_window(load.context, args.concurrency, 3)
-        before, machine = cpu_seconds(served), machine_busy_s()
+        before = cpu_mark(served)
         window = await run_window(load.context, args.concurrency, args.seconds)
-        after, machine = cpu_seconds(served), machine_busy_s() - machine
+        after = cpu_mark(served)
     if load.counter > len(asked):
         raise SystemExit(f"{load.counter} requests but {len(asked)} distinct queries: raise --queries")
     figures = window.figures()
-    return {**figures, "cpu": cpu_per_request(before, after, figures["requests"], window.seconds, machine)}
+    return {**figures, "cpu": cpu_per_request(before, after, figures["requests"], window.seconds)}
 
 
 def wait_idle(served: Path | None, bound_ms_per_s: float, max_s: float, window_s: float = 5.0) -> tuple[float, float]:
@@ -233,10 +233,9 @@ def wait_idle(served: Path | None, bound_ms_per_s: float, max_s: float, window_s
 def with_cpu(served: Path | None, requests: int, run: Callable[[], list[float]]) -> tuple[list[float], dict]:
     """What `run` returns, and the CPU its `requests` took in the service's processes and on the
     whole machine."""
-    before, machine, started = cpu_seconds(served), machine_busy_s(), time.perf_counter()
+    before, started = cpu_mark(served), time.perf_counter()
     samples = run()
-    after, machine = cpu_seconds(served), machine_busy_s() - machine
-    return samples, cpu_per_request(before, after, requests, time.perf_counter() - started, machine)
+    return samples, cpu_per_request(before, cpu_mark(served), requests, time.perf_counter() - started)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -382,8 +381,8 @@ def report_cpu(results: dict, top: int = 4) -> None:
         service = {group: ms for group, ms in cpu["ms_per_request"].items() if group != CLIENT}
         total = sum(service.values())
         largest = " | ".join(f"{group} {ms:.1f}" for group, ms in list(service.items())[:top])
-        machine, outside = cpu.get("machine_ms_per_request", float("nan")), cpu.get("outside_ms_per_request", float("nan"))
         at_most = cores * 1000 / total if total else 0
+        machine, outside = cpu["machine_ms_per_request"], cpu["outside_ms_per_request"]
         print(f"{size:>9} {window:<12} {total:>7.1f} {at_most:>14.0f} {machine:>8.1f} {outside:>8.1f}   {largest}")
 
 
