@@ -9,6 +9,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 
@@ -18,17 +21,31 @@ from serve_app.cli import DATA_DIR_MARKER
 BURN = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(30)"
 
 
+@contextmanager
+def burning(*args: str, marked: Path | None = None) -> Iterator[subprocess.Popen]:
+    """A process running BURN (with `args` on its command line), of the service at `marked`'s data
+    dir or of no one; killed after."""
+    env = {**os.environ, DATA_DIR_MARKER: str(marked.resolve())} if marked else None
+    process = subprocess.Popen([sys.executable, "-c", BURN, *args], env=env)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def wait_burned(process: subprocess.Popen, timeout_s: float = 20) -> None:
+    """Until the BURN process has used its 0.4 s of CPU (or the timeout passed)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(psutil.Process(process.pid).cpu_times()[:2]) < 0.4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_process_started_during_the_window_is_counted(tmp_path):
     before = cpu_seconds(tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", BURN], env={**os.environ, DATA_DIR_MARKER: str(tmp_path.resolve())})
-    try:
-        deadline = time.monotonic() + 20
-        while sum(psutil.Process(child.pid).cpu_times()[:2]) < 0.4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with burning(marked=tmp_path) as child:
+        wait_burned(child)
         after = cpu_seconds(tmp_path)
-    finally:
-        child.kill()
-        child.wait()
     service = {group: seconds - before.get(group, 0.0) for group, seconds in after.items() if group != CLIENT}
     assert sum(service.values()) >= 0.35, service
 
@@ -49,19 +66,13 @@ def test_memserve_up_itself_is_counted_though_its_environment_lacks_the_marker(t
     from bench.memory import group_of, measure, service_processes
     from serve_app.cli import _run_dir
 
-    up = subprocess.Popen([sys.executable, "-c", BURN, "-m", "serve_app.cli", "up", "--milvus-port", "1"])
-    try:
+    with burning("-m", "serve_app.cli", "up", "--milvus-port", "1") as up:
         (_run_dir(tmp_path.resolve()) / "memserve.pid").write_text(str(up.pid))
-        deadline = time.monotonic() + 20
-        while sum(psutil.Process(up.pid).cpu_times()[:2]) < 0.4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_burned(up)
         found = {proc.pid: proc for proc in service_processes(tmp_path)}
         assert group_of(found[up.pid]) == "memserve up (Ray's driver)"
         assert cpu_seconds(tmp_path)["memserve up (Ray's driver)"] >= 0.35
         assert measure(tmp_path)[0]["memserve up (Ray's driver)"] > 1
-    finally:
-        up.kill()
-        up.wait()
     other = subprocess.Popen(["sleep", "30"])  # a pid file that names a process that is no `up`
     try:
         (_run_dir(tmp_path.resolve()) / "memserve.pid").write_text(str(other.pid))
@@ -78,15 +89,9 @@ def test_cpu_no_group_counted_shows_as_outside_against_the_machines_whole_cpu(tm
 
     before = cpu_mark(tmp_path)
     started = time.monotonic()
-    stranger = subprocess.Popen([sys.executable, "-c", BURN])  # no marker: not the service's
-    try:
-        deadline = time.monotonic() + 20
-        while sum(psutil.Process(stranger.pid).cpu_times()[:2]) < 0.4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with burning() as stranger:  # no marker: not the service's
+        wait_burned(stranger)
         after = cpu_mark(tmp_path)
-    finally:
-        stranger.kill()
-        stranger.wait()
     figures = cpu_per_request(before, after, 1, time.monotonic() - started)
     assert set(figures["ms_per_request"]) <= {CLIENT}
     assert figures["outside_ms_per_request"] >= 350, figures
@@ -96,12 +101,8 @@ def test_bench_scale_waits_until_the_service_is_idle_before_it_measures(tmp_path
     """Work a load leaves behind (a store compacting) is not counted in the first window's requests."""
     from bench.scale import wait_idle
 
-    busy = subprocess.Popen([sys.executable, "-c", BURN], env={**os.environ, DATA_DIR_MARKER: str(tmp_path.resolve())})
-    try:
+    with burning(marked=tmp_path) as busy:
         waited, rate = wait_idle(tmp_path, bound_ms_per_s=300, max_s=30, window_s=0.5)
         assert sum(psutil.Process(busy.pid).cpu_times()[:2]) >= 0.35  # it waited out the burn
         assert rate < 300 and waited >= 0.5
-    finally:
-        busy.kill()
-        busy.wait()
     assert wait_idle(None, 300, 30)[0] == 0.0
