@@ -298,6 +298,11 @@ class FactOut(BaseModel):
     agent_id: str | None = Field(None, description="The agent that wrote it.")
     added_by: str | None = Field(None, description="The key that wrote or promoted it, as the audit log names keys.")
     origin_user: str | None = Field(None, description="A fact promoted into a space: the user it came from.")
+    said_at: datetime | None = Field(
+        None,
+        description="When the user said it (its source turn's time), for a fact the memorizer found in a turn; "
+        "valid_from is when it was written. Standing rules are dated and ordered by it in the prompt.",
+    )
     space: str | None = Field(None, description="A space's fact in a context: the space.")
 
 

@@ -145,6 +145,7 @@ class FactOut(_Model):
     agent_id: str | None = None
     added_by: str | None = None
     origin_user: str | None = None
+    said_at: datetime | None = None
     space: str | None = None
 
 

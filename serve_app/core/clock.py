@@ -34,6 +34,16 @@ def datetime_to_ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+def iso_to_datetime(text: str | None) -> datetime | None:
+    """An ISO 8601 instant (a stored turn's `created_at`) as an aware datetime (naive taken as UTC);
+    None when absent or malformed."""
+    try:
+        when = datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
+
+
 def iso_to_ms(text: str | None) -> int:
     """Milliseconds of an ISO 8601 instant (a stored turn's `created_at`); 0 when absent or malformed."""
     try:

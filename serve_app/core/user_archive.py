@@ -93,6 +93,7 @@ class FactLine(_Line):
     agent_id: str | None = Field(None, max_length=128)
     added_by: str | None = Field(None, max_length=128)
     origin_user: str | None = Field(None, max_length=128)
+    said_at: datetime | None = None
 
 
 class End(_Line):

@@ -53,18 +53,19 @@ def fact_line(fact: Fact, space: str = "") -> str:
 
 
 def standing_line(fact: Fact, space: str = "") -> str:
-    """A standing rule as the prompt shows it: dated, so that of two that disagree the later is known."""
-    return f"[{fact.valid_from.astimezone(UTC).date().isoformat()}{f', space {space}' if space else ''}] {fact.value}"
+    """A standing rule as the prompt shows it: dated by when the user said it, so that of two that
+    disagree the later is known however late either was memorized."""
+    return f"[{fact.since.astimezone(UTC).date().isoformat()}{f', space {space}' if space else ''}] {fact.value}"
 
 
 def split_standing(facts: Sequence[Fact], query: str) -> tuple[list[Fact], list[Fact]]:
-    """(standing, others): the instructions and preferences that bear on the query, newest first (a
+    """(standing, others): the instructions and preferences that bear on the query, the latest said first (a
     capped section keeps the latest word), and the facts of the other categories. A standing rule
     that does not bear on the query is in neither: every rule in every prompt is noise."""
     standing = [
         f for f in facts if f.category in STANDING_CATEGORIES and bears_on(f.value, f.category, query, about=key_words(f.key))
     ]
-    standing.sort(key=lambda f: f.valid_from, reverse=True)
+    standing.sort(key=lambda f: f.since, reverse=True)
     return standing, [f for f in facts if f.category not in STANDING_CATEGORIES]
 
 

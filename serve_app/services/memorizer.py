@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from serve_app.core import standing
-from serve_app.core.clock import iso_to_ms
+from serve_app.core.clock import iso_to_datetime, iso_to_ms
 from serve_app.core.ids import summary_memory_id, turn_memory_id
 from serve_app.core.passages import passage_id, split_passages
 from serve_app.core.session_summaries import SUMMARY_KIND, block_of, block_start, summary_blocks
@@ -426,9 +426,17 @@ class SessionMemorizer:
                 if await self._presence(tenant, session, user, created_at_ms) is not Presence.HERE:
                     return  # deleted, made again or forgotten while the model thought: write nothing
                 seqs = [t["seq"] for t in said]
+                said_at = max(filter(None, (iso_to_datetime(t.get("created_at")) for t in said)), default=None)
                 for fact in facts:
                     _, changed = await self.facts.put(
-                        tenant, user, fact.key, fact.value, fact.category, source_session=session, source_seqs=seqs
+                        tenant,
+                        user,
+                        fact.key,
+                        fact.value,
+                        fact.category,
+                        source_session=session,
+                        source_seqs=seqs,
+                        said_at=said_at,
                     )
                     report.facts_written += int(changed)
                 if facts and await self._undone_if_forgotten(tenant, user, created_at_ms):
@@ -461,7 +469,14 @@ class SessionMemorizer:
                 if held is not None and held.value != value and await self._said_later(tenant, session, held, turn):
                     continue
                 current[key], changed = await self.facts.put(
-                    tenant, user, key, value, rule.kind, source_session=session, source_seqs=[turn["seq"]]
+                    tenant,
+                    user,
+                    key,
+                    value,
+                    rule.kind,
+                    source_session=session,
+                    source_seqs=[turn["seq"]],
+                    said_at=iso_to_datetime(turn.get("created_at")),
                 )
                 written += int(changed)
         if written and await self._undone_if_forgotten(tenant, user, created_at_ms):

@@ -183,6 +183,7 @@ async def promote_fact(deps: Dependencies, who: Caller, user_id: str, key: str, 
         agent_id=body.agent_id or fact.agent_id,
         added_by=who.actor,
         origin_user=user_id,
+        said_at=fact.said_at,
     )
     if changed:
         await record(deps, who, "promote_fact", {"user_id": user_id, "key": key, "space": body.space}, {"facts": 1})

@@ -373,4 +373,5 @@ def _fact(line: FactLine) -> Fact:
         agent_id=line.agent_id,
         added_by=line.added_by,
         origin_user=line.origin_user,
+        said_at=line.said_at,
     )

@@ -30,6 +30,13 @@ class Fact:
     agent_id: str | None = None
     added_by: str | None = None
     origin_user: str | None = None
+    said_at: datetime | None = None
+    """When the user said it (the source turn's time); None for a fact written through the API."""
+
+    @property
+    def since(self) -> datetime:
+        """When it holds from for its reader: when it was said, else when it was written."""
+        return self.said_at or self.valid_from
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Fact:
@@ -44,10 +51,11 @@ class Fact:
             agent_id=row.get("agent_id"),
             added_by=row.get("added_by"),
             origin_user=row.get("origin_user"),
+            said_at=row.get("said_at"),
         )
 
 
-_COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to, agent_id, added_by, origin_user"
+_COLUMNS = "key, value, category, source_session, source_seqs, valid_from, valid_to, agent_id, added_by, origin_user, said_at"
 
 
 @traced_store("postgresql")
@@ -106,8 +114,10 @@ class FactStore:
         agent_id: str | None = None,
         added_by: str | None = None,
         origin_user: str | None = None,
+        said_at: datetime | None = None,
     ) -> tuple[Fact, bool]:
-        """Make `value` current, closing the previous row; (fact, changed). Same value = no new row."""
+        """Make `value` current, closing the previous row; (fact, changed). Same value = no new row.
+        `said_at`: when the user said it, for a fact found in a turn."""
         if category not in FACT_CATEGORIES:
             raise InvalidRequest(f"category must be one of {', '.join(FACT_CATEGORIES)}")
         async with self.pool.acquire() as conn, conn.transaction():
@@ -125,7 +135,8 @@ class FactStore:
                 await conn.execute("UPDATE facts SET valid_to = clock_timestamp() WHERE id = $1", row["id"])
             new = await conn.fetchrow(
                 "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs,"
-                f" agent_id, added_by, origin_user) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}",
+                f" agent_id, added_by, origin_user, said_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                f" RETURNING {_COLUMNS}",
                 tenant,
                 user,
                 key,
@@ -136,6 +147,7 @@ class FactStore:
                 agent_id,
                 added_by,
                 origin_user,
+                said_at,
             )
             return Fact.from_row(new), True
 
@@ -182,8 +194,8 @@ class FactStore:
                         valid_to = open_row["valid_from"]
                 await conn.execute(
                     "INSERT INTO facts (tenant_id, user_id, key, value, category, source_session, source_seqs,"
-                    " valid_from, valid_to, agent_id, added_by, origin_user)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    " valid_from, valid_to, agent_id, added_by, origin_user, said_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
                     tenant,
                     user,
                     fact.key,
@@ -196,6 +208,7 @@ class FactStore:
                     fact.agent_id,
                     fact.added_by,
                     fact.origin_user,
+                    fact.said_at,
                 )
                 added += 1
         return added

@@ -296,6 +296,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_term_stats_on_delete();
         """,
     ),
+    (
+        12,
+        """
+        -- When the user said what a fact holds (the turn's created_at), beside valid_from (when it was
+        -- written): sessions are memorized in whatever order the memorizer reaches them, so a rule
+        -- said later may be written first. Null for a fact nobody said (written through the API).
+        ALTER TABLE facts ADD COLUMN said_at TIMESTAMPTZ;
+        """,
+    ),
 )
 
 _MIGRATION_LOCK = 0x6D656D73  # advisory lock id: replicas starting together migrate once

@@ -27,7 +27,9 @@ async def test_migrations_apply_once_each_in_order(facts):
     assert await migrate(facts.pool) == latest
     assert [tuple(r) for r in await facts.pool.fetch(recorded)] == applied  # nothing applied twice
     columns = "SELECT column_name FROM information_schema.columns WHERE table_name = 'memory_keywords'"
-    assert {"analysis", "context"} <= {r["column_name"] for r in await facts.pool.fetch(columns)}  # the latest is in
+    assert {"analysis", "context"} <= {r["column_name"] for r in await facts.pool.fetch(columns)}
+    facts_columns = "SELECT column_name FROM information_schema.columns WHERE table_name = 'facts'"
+    assert "said_at" in {r["column_name"] for r in await facts.pool.fetch(facts_columns)}  # the latest is in
 
 
 async def test_update_supersedes_and_keeps_history(facts):

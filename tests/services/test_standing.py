@@ -114,3 +114,28 @@ async def test_a_preference_is_in_the_prompt_only_for_a_request_that_shares_a_wo
     section = _section(dentist.messages[0]["content"])
     assert "Call me Sam." in section and "jazz" not in section  # the instruction always bears; the preference not
     assert [f.value for f in dentist.standing] == ["Call me Sam."]
+
+
+async def test_rules_are_dated_and_ordered_by_when_they_were_said_not_when_they_were_memorized(deps, caller):
+    """Two rules that are not on the same thing are both kept, and the prompt shows them newest
+    first, each with its date: the date the user said it. Sessions are memorized in whatever order
+    the memorizer reaches them (a backlog, an imported history), so the later rule may be the first
+    one memorized."""
+    user = User(deps, caller)
+    french, german = new_id("session"), new_id("session")
+    for session, rule, when in (
+        (french, "From now on, reply in French.", "2024-03-01T09:00:00+00:00"),
+        (german, "From now on, reply in German.", "2024-05-20T09:00:00+00:00"),
+    ):
+        messages = [MessageIn(role="user", content=rule, created_at=when), MessageIn(role="assistant", content="Noted.")]
+        await append_messages(deps, caller, session, AppendRequest(user_id=user.id, messages=messages))
+    for session in (german, french):  # the later rule memorized first
+        report = await user.memorizer.memorize(user.tenant, session)
+        assert report.cursor == 2 and not report.errors
+
+    built = await user.context(new_id("session"), DENTIST)
+    assert [f.value for f in built.standing] == ["From now on, reply in German.", "From now on, reply in French."]
+    section = _section(built.messages[0]["content"])
+    assert "[2024-05-20] From now on, reply in German." in section
+    assert "[2024-03-01] From now on, reply in French." in section
+    assert section.index("German") < section.index("French")

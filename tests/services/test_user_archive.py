@@ -60,7 +60,8 @@ async def test_a_round_trip_into_another_tenant_gives_the_same_archive_and_the_s
     deps = make_deps(compaction_trigger_tokens=64)
     user, session = new_id("user"), new_id("session")
     memorizer = SessionMemorizer(deps.stores, deps.embed_documents, deps.settings)
-    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=_conversation()))
+    rule = MessageIn(role="user", content="From now on, reply in French.", created_at=START + timedelta(days=1))
+    await append_messages(deps, caller, session, AppendRequest(user_id=user, messages=[*_conversation(), rule]))
     await memorizer.memorize(caller.tenant, session)
     await add_memory(deps, caller.tenant, user, MemoryIn(text="Prefers tea to coffee in the morning.", created_at=START))
     await add_memory(deps, caller.tenant, user, MemoryIn(text="Owns a red bicycle.", id="bike-1", created_at=START))
@@ -79,11 +80,13 @@ async def test_a_round_trip_into_another_tenant_gives_the_same_archive_and_the_s
     kinds = {m.kind for m in original.memories}
     assert kinds == {"turn", "memory", "summary"} and any(".p" in m.id and m.session_id == gone for m in original.memories)
     assert len([f for f in original.facts if f.key == "city"]) == 2 and original.sessions[0].covers_upto_seq > 0
+    said = [f for f in original.facts if f.category == "instruction"]
+    assert [f.said_at for f in said] == [START + timedelta(days=1)]  # when it was said travels with it
 
     other = Caller(new_id("tenant"), hash_key(new_id("key")))
     target = new_id("user")
     report = await import_archive(deps, other.tenant, target, original)
-    assert report.sessions == [session] and report.messages_added == len(PLANS) * 2 and report.facts_added == 3
+    assert report.sessions == [session] and report.messages_added == len(PLANS) * 2 + 1 and report.facts_added == 4
     await memorizer.memorize(other.tenant, session)  # the imported log's turns, as the memorizer makes them
 
     imported = await _export(deps, other.tenant, target)
