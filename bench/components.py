@@ -36,7 +36,7 @@ from bench.locomo_data import questions_of, turns_of
 from bench.memory import cpu_s
 from serve_app.core.budget import ContextRequest, build_context
 from serve_app.core.compression import SummaryState, extractive_summary, plan_compaction
-from serve_app.core.keywords import memory_keywords, normalize
+from serve_app.core.keywords import memory_keywords, query_terms
 from serve_app.core.ranking import Scored, fuse
 from serve_app.core.records import MemoryRow
 from serve_app.core.rerank import rerank
@@ -208,7 +208,7 @@ async def run(args) -> dict:
                 lambda i: vectors.search_dense_ids(TENANT, user, query_vectors[i], limit=candidates),
             ),
             f"keyword recall (BM25, {candidates} of {args.memories})": await timed(
-                backends, "keyword recall", n, lambda i: keywords.search(TENANT, user, normalize(queries[i]), limit=candidates)
+                backends, "keyword recall", n, lambda i: keywords.search(TENANT, user, query_terms(queries[i]), limit=candidates)
             ),
             f"winner details ({top_k} ids)": await timed(backends, "details", n, lambda i: keywords.fetch(TENANT, user, winners)),
             "fact query (current)": await timed(backends, "fact query", n, lambda i: facts.current(TENANT, user)),
@@ -233,7 +233,7 @@ async def run(args) -> dict:
 
         # The budget over what recall hands it: each question's own best memories (the keyword side's,
         # which carry their text), the 50-turn history and the facts, at 4,096 tokens.
-        recalled = [await keywords.search(TENANT, user, normalize(q), limit=top_k) for q in queries]
+        recalled = [await keywords.search(TENANT, user, query_terms(q), limit=top_k) for q in queries]
         history = dialog[:50]
         current = [fact_line(f) for f in await facts.current(TENANT, user)]
 
@@ -256,7 +256,7 @@ async def run(args) -> dict:
         staged = []
         for i, query in enumerate(queries):
             dense = [Scored(m, s) for m, s, _ in await vectors.search_dense_ids(TENANT, user, query_vectors[i], limit=candidates)]
-            found = await keywords.search(TENANT, user, normalize(query), limit=candidates)
+            found = await keywords.search(TENANT, user, query_terms(query), limit=candidates)
             keyword = [Scored(h.id, h.score, None, h.coverage) for h in found]
             kept = fuse(dense, keyword, params)
             details = {h.id: h for h in found} | {h.id: h for h in await keywords.fetch(TENANT, user, [f.id for f in kept])}

@@ -26,7 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.locomo_data import CATEGORIES, Question, Turn, questions_of, recall_at, turns_of
-from serve_app.core.keywords import memory_keywords, normalize
+from serve_app.core.keywords import memory_keywords, query_terms
 from serve_app.core.ranking import Fused, FusionParams, Scored, fuse
 from serve_app.core.records import Hit, MemoryRow
 from serve_app.core.timeframe import query_timeframe
@@ -117,7 +117,7 @@ async def index_and_search(
             keyword = {PLAIN: [await stores.keywords.search(PLAIN, user, raw_terms(q.text), limit=CANDIDATES) for q in questions]}
             for variant in variants:
                 keyword[variant.name] = [
-                    await stores.keywords.search(variant.name, user, normalize(q.text), limit=CANDIDATES) for q in questions
+                    await stores.keywords.search(variant.name, user, query_terms(q.text), limit=CANDIDATES) for q in questions
                 ]
             conversations.append(Conversation(path.name, turns, questions, dense, keyword))
     finally:

@@ -436,6 +436,9 @@ class Floors(BaseModel):
     min_similarity: float
     min_keyword_share: float
     min_keyword_coverage: float
+    related_similarity: float = Field(
+        description="A query whose nearest memory has this cosine or more is exempt from the coverage floor."
+    )
 
 
 class SearchExplained(BaseModel):

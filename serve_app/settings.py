@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         description="Absolute keyword floor: share of the query's idf weight a memory must match on words alone, so a "
         "query that shares only a word or two with every memory recalls none of them.",
     )
+    recall_related_similarity: float = Field(
+        0.45,
+        ge=0,
+        le=2,
+        description="A query whose nearest memory has at least this cosine is about the user's memories: the "
+        "coverage floor is not applied to it, and its weaker keyword matches are ranked by the second stage instead "
+        "of dropped (docs/benchmarks/beam.md); above 1: the coverage floor applies to every query.",
+    )
     recall_hybrid: bool = Field(True, description="Fuse BM25 keyword matches with dense similarity (off = dense only).")
     recall_rerank: bool = Field(
         True,

@@ -81,6 +81,23 @@ def normalize(text: str) -> str:
     return " ".join(terms(text))
 
 
+_QUERY_FORM_WORDS = (
+    "did does mention mentioned mentions conversation conversations discuss discussed discussion discussions "
+    "brought bring say said told talk talked remind remember recap summary summarize summarise overview"
+)
+QUERY_FORM_TERMS = frozenset(terms(_QUERY_FORM_WORDS))
+"""Terms a question uses to ask about the conversation itself ("did I mention", "in our
+conversations", "summarize what we discussed") rather than name what it was about. They are rare
+in what people say, so they weigh heavily in a query's idf and in the share of it a memory must
+cover, while no memory answers them."""
+
+
+def query_terms(text: str) -> str:
+    """A query's keyword text: its terms without `QUERY_FORM_TERMS`, unless nothing else is left."""
+    found = terms(text)
+    return " ".join([t for t in found if t not in QUERY_FORM_TERMS] or found)
+
+
 def day_words(day: date) -> str:
     """A memory's date as the terms a query names it by: day, month term and year."""
     return f"{day.day} {month_term(day.month)} {day.year}"

@@ -28,6 +28,11 @@ class FusionParams:
     min_keyword_coverage: float = 0.0
     """Absolute keyword floor: share of the query's idf weight a memory must match. The share above is
     relative to the best match, so on its own it lets the best of any match in, however weak."""
+    related_similarity: float = 2.0
+    """A query whose nearest memory (the dense side's best cosine) has at least this is about the
+    user's memories: the coverage floor, there to give a question about something else nothing,
+    is not applied to it, and its weaker keyword matches are left to the second stage to order.
+    Above 1: the coverage floor applies to every query."""
 
 
 class Scored(NamedTuple):
@@ -77,6 +82,8 @@ class _Table:
     coverage: dict[str, float]
     in_window: set[str]
     best_keyword: float
+    related: bool
+    """The query is about the user's memories (`FusionParams.related_similarity`)."""
 
 
 def _table(dense: Sequence[Scored], keyword: Sequence[Scored], params: FusionParams, timeframe: Timeframe | None) -> _Table:
@@ -94,19 +101,21 @@ def _table(dense: Sequence[Scored], keyword: Sequence[Scored], params: FusionPar
         in_window = {i for i, when in created.items() if when is not None and timeframe.contains(when)}
         for rank, item_id in enumerate(sorted(in_window, key=lambda i: -fused[i])):
             fused[item_id] += _rrf(rank, params.time_weight, params.rrf_k)
-    return _Table(fused, similarity, keyword_score, coverage, in_window, max(keyword_score.values(), default=0.0))
+    related = max(similarity.values(), default=-1.0) >= params.related_similarity
+    return _Table(fused, similarity, keyword_score, coverage, in_window, max(keyword_score.values(), default=0.0), related)
 
 
 def _floors(table: _Table, item_id: str, params: FusionParams) -> tuple[bool, str]:
     """(passes, reason): the similarity floor lets a memory in on meaning; otherwise both keyword
-    floors must let it in on words."""
+    floors must let it in on words (the coverage floor only for a query not about the user's
+    memories)."""
     if params.min_similarity <= -1:  # no floor asked for
         return True, "no_floor"
     if table.similarity.get(item_id, -2.0) >= params.min_similarity:
         return True, "similarity"
     if item_id not in table.keyword_score:
         return False, "similarity_floor"
-    if table.coverage.get(item_id, 1.0) < params.min_keyword_coverage:
+    if not table.related and table.coverage.get(item_id, 1.0) < params.min_keyword_coverage:
         return False, "keyword_coverage_floor"
     if table.best_keyword > 0 and table.keyword_score[item_id] >= params.min_keyword_share * table.best_keyword:
         return True, "keywords"

@@ -148,6 +148,7 @@ async def search_memories(
             min_similarity=params.min_similarity,
             min_keyword_share=params.min_keyword_share,
             min_keyword_coverage=params.min_keyword_coverage,
+            related_similarity=params.related_similarity,
         ),
         degraded=found.degraded,
     )

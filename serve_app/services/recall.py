@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from serve_app.core.clock import ms_to_datetime
-from serve_app.core.keywords import normalize
+from serve_app.core.keywords import query_terms
 from serve_app.core.ranking import FusionParams, Scored, Verdict, explain, fuse
 from serve_app.core.records import Hit
 from serve_app.core.rerank import reordered, rerank
@@ -46,6 +46,7 @@ def fusion_params(settings: Settings, min_score: float | None = None) -> FusionP
         min_similarity=settings.recall_min_score if min_score is None else min_score,
         min_keyword_share=settings.recall_min_keyword_share,
         min_keyword_coverage=settings.recall_min_keyword_coverage,
+        related_similarity=settings.recall_related_similarity,
     )
 
 
@@ -71,7 +72,7 @@ async def recall(
         return Recall([])
     started = time.perf_counter()
     candidates = max(settings.recall_candidates, top_k)
-    terms = normalize(query) if settings.recall_hybrid else ""
+    terms = query_terms(query) if settings.recall_hybrid else ""
     owners = [user, *shared]
     keyword_search = _keyword_of_owners(stores, tenant, owners, terms, candidates) if shared else None
     keyword_task = (

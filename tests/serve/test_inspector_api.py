@@ -83,7 +83,12 @@ def test_search_explain_gives_every_candidates_scores_and_the_floor_that_dropped
     cat = next(c for c in explained["candidates"] if "Miso" in c["text"])  # among the dense candidates, below the floor
     assert not cat["kept"] and cat["reason"] == "similarity_floor" and cat["keyword_score"] is None
     shipped = Settings()
-    floors = {"min_similarity": shipped.recall_min_score, "min_keyword_share": 0.3, "min_keyword_coverage": 0.3}
+    floors = {
+        "min_similarity": shipped.recall_min_score,
+        "min_keyword_share": 0.3,
+        "min_keyword_coverage": 0.3,
+        "related_similarity": shipped.recall_related_similarity,
+    }
     assert explained["floors"] == floors
     # No candidate passes on meaning at a floor of 0.99: what is kept is kept on words, the one
     # that matches no word is stopped by the similarity floor, and top_k 1 leaves the rest beyond it.

@@ -4,7 +4,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from serve_app.core.keywords import context_tail, day_words, memory_keywords, normalize, terms
+from serve_app.core.keywords import context_tail, day_words, memory_keywords, normalize, query_terms, terms
 from serve_app.core.ranking import FusionParams, Scored, explain, fuse
 from serve_app.core.timeframe import Timeframe, query_timeframe
 
@@ -18,6 +18,17 @@ def test_terms_drop_stop_words_and_stem():
     assert normalize("Running, RUNS; ran!") == "run run ran"
     assert normalize("the of and") == ""
     assert normalize("café Zürich 2023") == "café zürich 2023"
+
+
+def test_a_query_asks_by_what_the_conversation_was_about_not_by_how_it_asks():
+    """Words that ask about the conversation itself ("did I mention", "summarize what we
+    discussed") are rare in what people say, so they would weigh most in the query and match
+    nothing that answers it; they are dropped from queries only, and only when other words remain."""
+    asked = "Can you summarize what we discussed about the garden in our conversations? Did I mention roses?"
+    assert query_terms(asked).split() == ["garden", "rose"]
+    assert query_terms("When did Caroline go to the support group?") == "carolin support group"
+    assert query_terms("What did I say?") == "did say"  # nothing else left: kept
+    assert normalize("We discussed roses and you did mention them.") == "discuss rose did mention"  # memories keep them
 
 
 def test_memory_keywords_carry_context_date_and_weight():
@@ -118,6 +129,24 @@ def test_coverage_floor_keeps_out_the_best_of_weak_keyword_matches():
     assert {f.id for f in fuse([Scored("one-word", 0.1)], keyword, params)} == {"most-words", "unknown"}
     assert [f.id for f in fuse([], keyword[:1], params)] == []
     assert [f.id for f in fuse([Scored("one-word", 0.4)], keyword[:1], params)] == ["one-word"]  # meaning alone suffices
+
+
+def test_coverage_floor_is_not_asked_of_a_query_about_the_users_memories():
+    """A query whose nearest memory is close is about the user's memories: a weak keyword match of
+    it is a lower candidate, not noise. A query whose nearest memory is far (a question about
+    something else) still gets none of its one-word matches."""
+    keyword = [Scored("most-words", 3.0, coverage=0.8), Scored("few-words", 2.0, coverage=0.15)]
+    params = FusionParams(min_similarity=0.3, min_keyword_share=0.3, min_keyword_coverage=0.3, related_similarity=0.45)
+    related = fuse([Scored("near", 0.45), Scored("few-words", 0.1)], keyword, params)
+    assert {f.id for f in related} == {"near", "most-words", "few-words"}
+    unrelated = fuse([Scored("near", 0.44), Scored("few-words", 0.1)], keyword, params)
+    assert {f.id for f in unrelated} == {"near", "most-words"}
+    assert [f.id for f in fuse([], keyword[1:], params)] == []  # no dense side: nothing says the query is related
+    below_share = fuse([Scored("near", 0.9)], [*keyword, Scored("one-word", 0.5, coverage=0.1)], params)
+    assert "one-word" not in {f.id for f in below_share}  # the share floor still holds
+    verdicts = {v.fused.id: v.reason for v in explain([Scored("near", 0.44)], keyword, params)}
+    assert verdicts["few-words"] == "keyword_coverage_floor"
+    assert {v.fused.id: v.reason for v in explain([Scored("near", 0.45)], keyword, params)}["few-words"] == "keywords"
 
 
 def test_explain_names_the_floor_that_dropped_each_candidate_and_keeps_what_fuse_keeps():
