@@ -269,6 +269,7 @@ class Floors(_Model):
     min_similarity: float
     min_keyword_share: float
     min_keyword_coverage: float
+    related_similarity: float
 
 
 class SearchExplained(_Model):
