@@ -200,6 +200,12 @@ def cpu_seconds(data_dir: Path | None) -> dict[str, float]:
     return dict(totals)
 
 
+def service_cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each group of the service's processes used between two `cpu_seconds` readings,
+    this client left out."""
+    return {group: after[group] - before.get(group, 0.0) for group in after if group != CLIENT}
+
+
 CpuMark = tuple[dict[str, float], float]
 """`cpu_seconds` of the service's groups and `machine_busy_s`, read together at one end of a window."""
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from bench.beam import APPEND_BATCH
 from bench.beam_data import conversation_folders, default_data_dir, load_conversation
 from bench.common import wait_memorized
-from bench.load import CLIENT, cpu_seconds
+from bench.load import cpu_seconds, service_cpu_used
 from bench.locomo_data import turns_of
 
 
@@ -62,7 +62,7 @@ def memorize(client: httpx.Client, texts: list[str], sessions: int, data_dir: Pa
     wait_memorized(client, last, timeout_s=3600)
     seconds = time.perf_counter() - started
     after = cpu_seconds(data_dir)
-    used = {group: after[group] - before.get(group, 0.0) for group in after if group != CLIENT}
+    used = service_cpu_used(before, after)
     chars = sum(len(t) for t in texts)
     return {
         "turns": len(texts),

@@ -43,7 +43,7 @@ import psutil
 from tqdm import tqdm
 
 from bench.common import percentile, wait_memorized
-from bench.load import CLIENT, Load, cpu_mark, cpu_per_request, cpu_seconds, run_window
+from bench.load import CLIENT, Load, cpu_mark, cpu_per_request, cpu_seconds, run_window, service_cpu_used
 from bench.memory import measure
 from bench.search_latency import timed
 
@@ -224,7 +224,7 @@ def wait_idle(served: Path | None, bound_ms_per_s: float, max_s: float, window_s
         before = cpu_seconds(served)
         time.sleep(window_s)
         after = cpu_seconds(served)
-        rate = 1000 * sum(after[g] - before.get(g, 0.0) for g in after if g != CLIENT) / window_s
+        rate = 1000 * sum(service_cpu_used(before, after).values()) / window_s
         waited = time.monotonic() - started
         if rate < bound_ms_per_s or waited >= max_s:
             return waited, rate

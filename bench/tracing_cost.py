@@ -34,7 +34,7 @@ from tqdm import tqdm
 from bench.common import memserve_up
 from bench.context_ab import median_interval, quiet_level, settle
 from bench.context_latency import prepare_user
-from bench.load import CLIENT, INGRESS, cpu_seconds
+from bench.load import CLIENT, INGRESS, cpu_seconds, service_cpu_used
 
 QUESTIONS = [
     "what was decided about the budget of project P-{k}?",
@@ -72,7 +72,7 @@ class OtlpSink:
 
 def service_ms(before: dict[str, float], after: dict[str, float], requests: int) -> tuple[float, float]:
     """(all the service's processes, the Ingress alone): CPU ms per request over a window."""
-    used = {group: after[group] - before.get(group, 0.0) for group in after if group != CLIENT}
+    used = service_cpu_used(before, after)
     return 1000 * sum(used.values()) / requests, 1000 * used.get(INGRESS, 0.0) / requests
 
 

@@ -46,7 +46,5 @@ def iso_to_datetime(text: str | None) -> datetime | None:
 
 def iso_to_ms(text: str | None) -> int:
     """Milliseconds of an ISO 8601 instant (a stored turn's `created_at`); 0 when absent or malformed."""
-    try:
-        return datetime_to_ms(datetime.fromisoformat(text)) if text else 0
-    except ValueError:
-        return 0
+    when = iso_to_datetime(text)
+    return datetime_to_ms(when) if when is not None else 0
