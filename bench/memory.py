@@ -19,11 +19,11 @@ import psutil
 from serve_app.cli import DATA_DIR_MARKER, _run_dir
 from serve_app.runtime.processes import marked_processes
 
-DRIVER = "memserve up (Ray's driver)"
+UP = "memserve up"
 GROUPS = (
     # First: `up`'s own command line names the stores' ports (--milvus-port ...).
-    ("serve_app.cli up", DRIVER),
-    ("memserve up", DRIVER),
+    ("serve_app.cli up", UP),
+    ("memserve up", UP),
     ("Ingress", "serve: Ingress replicas"),
     ("Embedder", "serve: Embedder"),
     ("Memorizer", "serve: Memorizer"),
@@ -62,12 +62,12 @@ def service_processes(data_dir: Path) -> list[psutil.Process]:
     that drops privileges, like PostgreSQL, may start with a fresh environment)."""
     marker = str(data_dir.resolve())
     found = {proc.pid: proc for proc in marked_processes(DATA_DIR_MARKER, marker)}
-    # `up` itself (Ray's driver) sets the marker after it started: its /proc environ lacks it. A
+    # `up` itself sets the marker after it started: its /proc environ lacks it. A
     # pid file left by an `up` that died may name another process since: it must be an `up`.
     run_dir = _run_dir(data_dir.resolve())
     try:
         up = psutil.Process(int((run_dir / "memserve.pid").read_text()))
-        if group_of(up) == DRIVER:
+        if group_of(up) == UP:
             found[up.pid] = up
     except (OSError, ValueError, psutil.Error):
         pass

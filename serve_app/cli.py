@@ -56,18 +56,18 @@ def up(
     ),
 ) -> None:
     """Start the backends and the Serve app; stop everything on Ctrl-C or SIGTERM."""
-    from serve_app.deploy.local_ray import ray_temp_dir, start_serving
-    from serve_app.deploy.serve_config import ConfigError, load_serve_config
+    from serve_app.deploy.head_node import HeadNode, NodeError, check_config, serve_on_head
+    from serve_app.deploy.local_ray import ray_temp_dir
 
     started = time.monotonic()
     data_dir = data_dir.resolve()
     try:
-        serve_config = load_serve_config(config, host=host, port=port)
-    except (ConfigError, OSError, ValueError) as exc:
+        serve_config = check_config(config, host, port)
+    except NodeError as exc:
         _say(f"error: {exc}")
         raise typer.Exit(2) from exc
     try:
-        keyring = Settings(**serve_config.applications[0].args).keyring()
+        keyring = Settings(**serve_config["args"]).keyring()
     except (ValueError, OSError) as exc:  # bad settings, a missing or malformed key file
         _say(f"error: {exc}")
         raise typer.Exit(2) from exc
@@ -90,6 +90,8 @@ def up(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop_handler(stop))
 
+    node: HeadNode | None = None
+    temp_dir = ray_temp_dir(data_dir)
     backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port), milvus_engine=milvus_engine)
     try:
         if use_embedded:
@@ -110,29 +112,31 @@ def up(
         # in the data dir, so a restart keeps the sessions signed in.
         os.environ.setdefault("MEMSERVE_UI_SECRET", _ui_secret(data_dir))
 
-        def on_ray_started() -> None:
-            # Again after each ray.init, which sets its own SIGTERM handler that would skip our
-            # cleanup; before the deploy, so a signal while it deploys also stops everything cleanly.
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, _stop_handler(stop))
+        def on_node_started(started_node: HeadNode) -> None:
+            nonlocal node
+            node = started_node
             _say(f"deploying {config.name} (the replicas start and load the model)…")
 
         # A side port of HAProxy taken by another process meanwhile costs another start of Ray, not this one.
-        start_serving(ray_temp_dir(data_dir), serve_config, metrics_port=metrics_port or None, after_ray_init=on_ray_started)
-        http = serve_config.http_options
-        _say(f"api       http://{http.host}:{http.port}  (docs http://{http.host}:{http.port}/docs)")
-        _say(f"inspector http://{http.host}:{http.port}/ui")
+        serve_on_head(temp_dir, config, host, port, metrics_port=metrics_port or None, after_start=on_node_started)
+        http_host, http_port = serve_config["host"], serve_config["port"]
+        _say(f"api       http://{http_host}:{http_port}  (docs http://{http_host}:{http_port}/docs)")
+        _say(f"inspector http://{http_host}:{http_port}/ui")
         if metrics_port:
             _say(f"metrics   http://127.0.0.1:{metrics_port}/metrics")
+        _say(f"logs      {Path(temp_dir) / 'session_latest' / 'logs'} (serve/: the replicas')")
         _say(f"ready in {time.monotonic() - started:.1f}s; Ctrl-C or `memserve down --data-dir {data_dir}` stops it")
         while not stop.wait(1.0):
             if use_embedded:
                 _start_exited(backends, run_dir)
     except _StopRequested:
         pass
+    except NodeError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(1) from exc
     finally:
         _say("stopping…")
-        _shutdown_ray()
+        _stop_node(temp_dir, node)
         backends.stop()
         pid_file.unlink(missing_ok=True)
         (run_dir / "backends.json").unlink(missing_ok=True)
@@ -190,16 +194,17 @@ def _stop_handler(stop: threading.Event):
     return handle
 
 
-def _shutdown_ray() -> None:
-    try:
-        import ray
-        from ray import serve
+def _stop_node(temp_dir: str, node) -> None:
+    """Serve first (its replicas drain), then the node's processes, whatever became of the first:
+    also those of a node whose start was interrupted, which `node` does not name yet."""
+    from serve_app.deploy.head_node import shutdown_serve, stop_node_processes
 
-        if ray.is_initialized():
-            serve.shutdown()
-            ray.shutdown()
-    except Exception as exc:  # shutting down: report and carry on stopping the rest
-        print(f"warning: ray shutdown: {exc}", file=sys.stderr)
+    if node is not None:
+        try:
+            shutdown_serve(node)
+        except Exception as exc:  # shutting down: report and carry on stopping the rest
+            print(f"warning: serve shutdown: {exc}", file=sys.stderr)
+    stop_node_processes(temp_dir)
 
 
 @cli.command()

@@ -210,7 +210,25 @@ def start_serving(
     attempts: int = BIND_ATTEMPTS,
     timeout_s: float = 180.0,
 ) -> int:
-    """Start a local Ray and deploy `config` on it, as `memserve up` does; returns the starts it took.
+    """Start a local Ray in this process and deploy `config` on it (the tests and the benchmarks;
+    `memserve up` starts a node of its own, head_node.serve_on_head); returns the starts it took."""
+
+    def start() -> set[int]:
+        side_ports = start_ray(temp_dir, metrics_port=metrics_port, choose_port=choose_port)
+        after_ray_init()
+        return side_ports
+
+    return starts_until_bound(start, lambda: _deployed(config, timeout_s), stop_ray, attempts)
+
+
+def starts_until_bound(
+    start: Callable[[], set[int]],
+    serve: Callable[[], None],
+    stop: Callable[[], None],
+    attempts: int = BIND_ATTEMPTS,
+) -> int:
+    """Start Ray (`start` returns the side ports it chose), then deploy onto it (`serve`); returns
+    the starts it took. A failed start is stopped (`stop`) before the next or before raising.
 
     HAProxy binds its side ports when Serve starts, a while after they were found free, and another
     process can take one in between: HAProxy then exits. Ray hands its environment, the side ports
@@ -218,21 +236,23 @@ def start_serving(
     Any other failure, a taken HTTP port (the user's choice) included, ends the start at once."""
     attempt = 1
     while True:
-        side_ports = start_ray(temp_dir, metrics_port=metrics_port, choose_port=choose_port)
-        after_ray_init()
+        side_ports = start()
         try:
-            client = _serve_start(config)
+            serve()
             break
         except Exception as exc:
             taken = taken_side_port(exc, side_ports)
+            stop()
             if taken is None or attempt >= attempts:
                 raise
         logger.warning("port %d, chosen for HAProxy, was taken before HAProxy bound it: starting Ray on other ports", taken)
-        stop_ray()
         attempt += 1
-    client.deploy_apps(config, _blocking=False)
-    wait_running([app.name for app in config.applications], timeout_s)
     return attempt
+
+
+def _deployed(config, timeout_s: float) -> None:
+    _serve_start(config).deploy_apps(config, _blocking=False)
+    wait_running([app.name for app in config.applications], timeout_s)
 
 
 def deploy_config(config, timeout_s: float = 180.0) -> None:
@@ -242,8 +262,7 @@ def deploy_config(config, timeout_s: float = 180.0) -> None:
     public way to deploy a config is the dashboard's REST API (`serve deploy`), which costs a
     dashboard process on every `memserve up`. Ray is pinned (pyproject.toml), and
     tests/unit/test_deploy_configs.py fails on an upgrade that moves or changes these two calls."""
-    _serve_start(config).deploy_apps(config, _blocking=False)
-    wait_running([app.name for app in config.applications], timeout_s)
+    _deployed(config, timeout_s)
 
 
 def _serve_start(config):

@@ -9,10 +9,14 @@ on every start (kept in `ports.json`), so its embedded etcd finds the member it 
 
 from __future__ import annotations
 
+import argparse
 import base64
 import fcntl
 import json
 import os
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -187,6 +191,28 @@ def _serving(port: int) -> bool:
             client.close()
 
 
+def serving(port: int, wait_s: float = 20.0) -> bool:
+    """`_serving`, in a process of its own unless this one has imported pymilvus already: pymilvus
+    brings pandas and pyarrow, about 100 MiB that `memserve up` would hold for the service's life to
+    ask this a few times at start. The child asks until it passes or `wait_s` is over."""
+    if "pymilvus" in sys.modules:
+        return _serving(port)
+    argv = [sys.executable, "-m", __name__, "--serving", str(port), "--wait-s", str(wait_s)]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=wait_s + 60).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _wait_serving(port: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not _serving(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _unpacked_binaries(milvus) -> Path:
     """The wheel's binary and libraries (about 250 MB), unpacked once per machine and version and
     shared by every data directory; under a lock, so no start runs a binary another is still writing."""
@@ -233,7 +259,19 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
 
     def ready() -> bool:
         drop_stale_sessions(ports["etcd_port"])
-        return _healthy(ports["metrics_port"]) and _serving(port)
+        return _healthy(ports["metrics_port"]) and serving(port)
 
     wait_until_up(ready, backend, timeout_s)
     return backend
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Whether an embedded Milvus server serves its collections (exit 0).")
+    parser.add_argument("--serving", type=int, required=True, help="The server's gRPC port.")
+    parser.add_argument("--wait-s", type=float, default=20.0, help="Ask again until this is over.")
+    args = parser.parse_args()
+    sys.exit(0 if _wait_serving(args.serving, args.wait_s) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from serve_app.cli import DATA_DIR_MARKER
@@ -154,6 +155,26 @@ def test_a_backend_that_dies_is_started_again_and_keeps_its_data(running_up):
         assert "redis started again" in up.log.read_text(), up.log.read_text()[-3000:]
         new_pid = json.loads((up.data_dir / "run" / "backends.json").read_text())["redis"]["pid"]
         assert new_pid != redis_pid
+
+
+def test_up_holds_no_ray_driver_and_its_node_runs_no_monitors(running_up):
+    """`memserve up` supervises a Ray node it started with `ray start` and deployed onto from a child
+    that exited: it never imports Ray, Serve or pymilvus (with pandas and pyarrow, about 140 MiB it
+    would hold for the service's life), and the node runs neither the autoscaler's monitor nor the
+    log monitor."""
+    up = running_up
+    up_pid = int((up.data_dir / "run" / "memserve.pid").read_text())
+    libraries = Path(f"/proc/{up_pid}/maps").read_text()
+    for package in ("site-packages/ray/", "site-packages/pandas/", "site-packages/pyarrow/", "site-packages/torch/"):
+        assert package not in libraries, f"memserve up loaded {package}"
+    commands = []
+    for proc in marked_processes(DATA_DIR_MARKER, str(up.data_dir)):
+        try:
+            commands.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+    assert any("raylet" in c for c in commands) and any("ServeReplica:memserve:Ingress" in c for c in commands)
+    assert not [c for c in commands if "autoscaler/_private/monitor.py" in c or "log_monitor.py" in c]
 
 
 def _wait_remembered(client: httpx.Client, session: str, upto: int, timeout_s: float = 60) -> None:

@@ -193,6 +193,77 @@ def test_only_a_taken_side_port_is_a_reason_to_start_again():
     assert taken_side_port(RuntimeError("deployment failed: {'memserve': 'ImportError'}"), {31415}) is None
 
 
+def test_a_start_is_tried_again_only_for_a_taken_side_port_and_each_failed_one_is_stopped():
+    """The retry of `memserve up` (head_node.serve_on_head) and of the in-process start alike."""
+    from serve_app.deploy.local_ray import BIND_ATTEMPTS, starts_until_bound
+
+    taken = "cannot bind socket (Address already in use) for [0.0.0.0:{port}]"
+
+    def run(failures: list[str]) -> tuple[list[str], int | Exception]:
+        calls: list[str] = []
+        ports = iter(range(31000, 31100))
+
+        def start() -> set[int]:
+            calls.append("start")
+            return {next(ports)}
+
+        def serve() -> None:
+            calls.append("serve")
+            if failures:
+                raise RuntimeError(failures.pop(0).format(port=30999 + calls.count("start")))
+
+        try:
+            return calls, starts_until_bound(start, serve, lambda: calls.append("stop"))
+        except RuntimeError as exc:
+            return calls, exc
+
+    calls, starts = run([taken])
+    assert (calls, starts) == (["start", "serve", "stop", "start", "serve"], 2)
+    calls, error = run(["deployment failed: ImportError"])
+    assert calls == ["start", "serve", "stop"] and "ImportError" in str(error)
+    calls, error = run([taken] * BIND_ATTEMPTS)
+    assert calls.count("start") == BIND_ATTEMPTS and calls[-1] == "stop" and isinstance(error, RuntimeError)
+
+
+def test_memserve_ups_ray_node_has_ports_of_its_own_a_token_and_no_monitors():
+    """Another Ray may run on the machine (the tests beside a benchmark): none of Ray's fixed default
+    ports; the node's token is in its environment, not in a file another node would read; no
+    autoscaler monitor or log monitor, which a node without drivers on one machine has no use for."""
+    from serve_app.deploy.head_node import NODE_MARKER, node_env, start_argv
+
+    argv = start_argv("/tmp/memserve-ray-x", 23456, num_cpus=None, metrics_port=None)
+    flags = dict(zip(argv, argv[1:], strict=False))
+    assert argv[1:3] == ["start", "--head"] and flags["--port"] == "23456" and flags["--node-ip-address"] == "127.0.0.1"
+    assert "--no-monitor" in argv and flags["--include-log-monitor"] == "false" and flags["--include-dashboard"] == "false"
+    for flag in ("--dashboard-agent-listen-port", "--ray-client-server-port"):
+        assert int(flags[flag]) not in (52365, 10001)
+    assert "--block" not in argv, "the node outlives the command that starts it"
+    own = [int(flags[f]) for f in ("--port", "--dashboard-agent-listen-port", "--ray-client-server-port")]
+    assert all(not int(flags["--min-worker-port"]) <= port <= int(flags["--max-worker-port"]) for port in own)
+    env = node_env("/tmp/memserve-ray-x", {"RAY_SERVE_HAPROXY_STATS_PORT": "20001"}, "secret")
+    assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == "secret" and "RAY_AUTH_TOKEN_PATH" not in env
+    assert env[NODE_MARKER] == "/tmp/memserve-ray-x" and env["RAY_SERVE_HAPROXY_STATS_PORT"] == "20001"
+
+
+def test_a_ray_node_that_did_not_start_is_started_again_and_not_forever(tmp_path, monkeypatch):
+    """`ray start` failing (a raylet that exits before it registers, one start in ten beside a
+    Milvus server) costs another start; a `ray` that always fails ends the start with its words."""
+    from serve_app.deploy import head_node
+
+    count = tmp_path / "count"
+    fake_ray = tmp_path / "ray"  # a test double of the `ray` CLI: the real one cannot be made to fail on demand
+    second_passes = f'[ "$(wc -l < {count})" -ge 2 ] && exit 0'
+    fake_ray.write_text(f'#!/bin/sh\necho x >> {count}\n{second_passes}\necho "raylet timed out" >&2\nexit 1\n')
+    fake_ray.chmod(0o755)
+    monkeypatch.setattr(head_node, "RAY", str(fake_ray))
+    node = head_node.start_head(str(tmp_path / "ray-temp"))
+    assert count.read_text().count("x") == 2 and node.auth_token and node.gcs_address.startswith("127.0.0.1:")
+    count.write_text("")
+    fake_ray.write_text('#!/bin/sh\necho "raylet timed out" >&2\nexit 1\n')
+    with pytest.raises(head_node.NodeError, match="raylet timed out"):
+        head_node.start_head(str(tmp_path / "ray-temp"))
+
+
 class RayTimingOut:
     """A test double of the `ray` module for ray.init's startup timeout, which a real Ray gives about
     one start in ten beside a Milvus server and cannot be made to give on demand; every Serve test
