@@ -23,6 +23,9 @@ cli = typer.Typer(add_completion=False, help="agent-memory-serve: memory for LLM
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.yaml"
 EXTERNAL_VARS = ("REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")
 DATA_DIR_MARKER = "MEMSERVE_UP_DATA_DIR"
+# SIGHUP too: a closed terminal or ssh session stops `up` cleanly, where its default would end `up`
+# and leave the Ray node running (it is not `up`'s child process group).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _run_dir(data_dir: Path) -> Path:
@@ -87,8 +90,14 @@ def up(
     os.environ[DATA_DIR_MARKER] = str(data_dir)  # inherited by every child: `down` finds them by it
 
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _stop_handler(stop))
+    # The node does not die with `up` (it is `ray start`'s): what an `up` killed outright left of
+    # it on this data dir would hold the ports this one needs.
+    from serve_app.deploy.head_node import stop_node_processes
+
+    if left := stop_node_processes(ray_temp_dir(data_dir), grace_s=5, killed_only=False):
+        _say(f"stopped {left} processes of a Ray node an earlier `up` left running")
 
     node: HeadNode | None = None
     temp_dir = ray_temp_dir(data_dir)
@@ -135,6 +144,8 @@ def up(
         _say(f"error: {exc}")
         raise typer.Exit(1) from exc
     finally:
+        for sig in STOP_SIGNALS:  # a second signal must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         _say("stopping…")
         _stop_node(temp_dir, node)
         backends.stop()
@@ -186,7 +197,7 @@ class _StopRequested(BaseException):
 
 def _stop_handler(stop: threading.Event):
     def handle(signum, frame) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the cleanup
         stop.set()
         raise _StopRequested()
@@ -199,7 +210,7 @@ def _stop_node(temp_dir: str, node) -> None:
     also those of a node whose start was interrupted, which `node` does not name yet."""
     from serve_app.deploy.head_node import shutdown_serve, stop_node_processes
 
-    if node is not None:
+    if node is not None and node.processes():  # a start that failed has stopped its node already
         try:
             shutdown_serve(node)
         except Exception as exc:  # shutting down: report and carry on stopping the rest

@@ -34,13 +34,14 @@ from serve_app.embedded.ports import LOOPBACK, ephemeral_low, free_listen_port
 
 logger = logging.getLogger(__name__)
 
-RAY = str(Path(sys.executable).with_name("ray"))
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` CLI of this interpreter's Ray
 NODE_MARKER = "MEMSERVE_RAY_NODE"
 """Set to the node's temp dir in the environment `ray start` gets: every process of the node has it."""
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0
 GCS_GRACE_S = 2.0
 MIN_WORKER_PORT = 10002  # Ray's default
+WORKER_PORTS_AT_LEAST = 1000
 
 
 class NodeError(RuntimeError):
@@ -67,10 +68,11 @@ class HeadNode:
         return stop_node_processes(self.temp_dir, grace_s)
 
 
-def stop_node_processes(temp_dir: str, grace_s: float = STOP_GRACE_S) -> int:
+def stop_node_processes(temp_dir: str, grace_s: float = STOP_GRACE_S, killed_only: bool = True) -> int:
     """SIGTERM the node's processes (the raylet stops its workers), then its GCS, which holds only
     what the node had in memory and waits out its clients rather than leave on SIGTERM; SIGKILL
-    what is left after `grace_s` each. Returns how many had to be killed."""
+    what is left after `grace_s` each. Returns how many had to be killed (`killed_only`), else how
+    many there were."""
     import psutil
 
     from serve_app.runtime.processes import marked_processes
@@ -92,7 +94,7 @@ def stop_node_processes(temp_dir: str, grace_s: float = STOP_GRACE_S) -> int:
             except psutil.Error:
                 continue
         psutil.wait_procs(alive, timeout=5)
-    return killed
+    return killed if killed_only else len(procs)
 
 
 def _is_gcs(proc) -> bool:
@@ -123,19 +125,23 @@ def node_env(temp_dir: str, chosen: dict[str, str], token: str) -> dict[str, str
     # Serve is shut down before the node is stopped: a raylet told to stop has nothing to drain.
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     env.pop("RAY_ADDRESS", None)
+    # The node's processes write to their log files: one that wrote to the inherited stderr would
+    # hold `ray start`'s output pipe open and the start would wait for it.
+    env.pop("RAY_LOG_TO_STDERR", None)
     return env
 
 
 def start_argv(temp_dir: str, gcs_port: int, *, num_cpus: int | None, metrics_port: int | None) -> list[str]:
     """`ray start --head` for one machine: loopback, ports of its own (another Ray may run beside
     it: the tests and a benchmark), no dashboard, autoscaler monitor, log monitor or usage stats."""
-    argv = [RAY, "start", "--head", "--port", str(gcs_port), "--node-ip-address", LOOPBACK, "--temp-dir", temp_dir]
+    argv = [*RAY, "start", "--head", "--port", str(gcs_port), "--node-ip-address", LOOPBACK, "--temp-dir", temp_dir]
     argv += ["--include-dashboard", "false", "--no-monitor", "--include-log-monitor", "false", "--disable-usage-stats"]
     # Ray's fixed defaults (52365, 10001) would collide with another Ray on the machine; its workers'
     # ports stay below the range free ports are drawn from (Ray refuses a port given twice).
     argv += ["--dashboard-agent-listen-port", str(free_listen_port(LOOPBACK))]
     argv += ["--ray-client-server-port", str(free_listen_port(LOOPBACK))]
-    argv += ["--min-worker-port", str(MIN_WORKER_PORT), "--max-worker-port", str(ephemeral_low() // 2 - 1)]
+    if (top := ephemeral_low() // 2 - 1) > MIN_WORKER_PORT + WORKER_PORTS_AT_LEAST:  # else Ray's defaults
+        argv += ["--min-worker-port", str(MIN_WORKER_PORT), "--max-worker-port", str(top)]
     if num_cpus:
         argv += ["--num-cpus", str(num_cpus)]
     if metrics_port:
@@ -161,7 +167,10 @@ def start_head(
         argv = start_argv(temp_dir, gcs_port, num_cpus=num_cpus, metrics_port=metrics_port)
         # A session of its own: Ctrl-C in `up`'s terminal reaches `up`, which stops Serve first, not
         # the raylet and the replicas at once.
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S, start_new_session=True)
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(argv, -1, "", f"`ray start` did not return in {START_TIMEOUT_S:.0f} s")
         if done.returncode == 0:
             side_ports = {int(chosen[var]) for var in SIDE_PORT_VARS if var in chosen}
             return HeadNode(temp_dir, f"{LOOPBACK}:{gcs_port}", token, side_ports)
@@ -185,7 +194,7 @@ def deploy(node: HeadNode, config: Path, host: str, port: int, timeout_s: float 
         raise NodeError(done.stderr.strip() or f"deploy exited {done.returncode}")
 
 
-def shutdown_serve(node: HeadNode, timeout_s: float = 30.0) -> None:
+def shutdown_serve(node: HeadNode, timeout_s: float = 45.0) -> None:
     """Serve's applications stopped, their replicas drained (a child process)."""
     done = _module("shutdown", node, timeout_s=timeout_s)
     if done.returncode != 0:
@@ -221,9 +230,12 @@ def check_config(config: Path, host: str, port: int) -> dict:
     """The config validated as Serve reads it, in a child process (Serve's schema imports Serve):
     its HTTP options and the application's args, or NodeError with the problem."""
     argv = [sys.executable, "-m", __name__, "check", "--config", str(config), "--host", host, "--port", str(port)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        raise NodeError(f"checking {config} took over {exc.timeout:.0f} s") from exc
     if done.returncode != 0:
-        raise NodeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+        raise NodeError(done.stderr.strip() or f"exit {done.returncode}")  # the child's whole message
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -191,10 +191,11 @@ def _serving(port: int) -> bool:
             client.close()
 
 
-def serving(port: int, wait_s: float = 20.0) -> bool:
+def serving(port: int, wait_s: float = 3.0) -> bool:
     """`_serving`, in a process of its own unless this one has imported pymilvus already: pymilvus
     brings pandas and pyarrow, about 100 MiB that `memserve up` would hold for the service's life to
-    ask this a few times at start. The child asks until it passes or `wait_s` is over."""
+    ask this a few times at start. The child asks until it passes or `wait_s` is over: briefly, so
+    the caller's loop still notices a server that exits and drops stale sessions between asks."""
     if "pymilvus" in sys.modules:
         return _serving(port)
     argv = [sys.executable, "-m", __name__, "--serving", str(port), "--wait-s", str(wait_s)]
@@ -268,7 +269,7 @@ def start_milvus_server(data_dir: Path, port: int, timeout_s: float = 120) -> Ba
 def main() -> None:
     parser = argparse.ArgumentParser(description="Whether an embedded Milvus server serves its collections (exit 0).")
     parser.add_argument("--serving", type=int, required=True, help="The server's gRPC port.")
-    parser.add_argument("--wait-s", type=float, default=20.0, help="Ask again until this is over.")
+    parser.add_argument("--wait-s", type=float, default=3.0, help="Ask again until this is over.")
     args = parser.parse_args()
     sys.exit(0 if _wait_serving(args.serving, args.wait_s) else 1)
 

@@ -102,7 +102,9 @@ def up(tmp_path) -> Iterator[MemserveUp]:
     instance.down()
 
 
-def test_sigterm_while_starting_leaves_nothing_behind(up):
+def test_a_hangup_while_starting_leaves_nothing_behind(up):
+    """SIGHUP (a closed terminal or ssh session) as SIGTERM: `up` stops Serve, the Ray node it
+    started (which is not in its process group) and the stores, even in the middle of the deploy."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL", "POSTGRES_DSN", "MILVUS_URI")}
     argv = [
         sys.executable, "-m", "serve_app.cli", "up", "--data-dir", str(up.data_dir), "--port", str(up.port),
@@ -118,7 +120,7 @@ def test_sigterm_while_starting_leaves_nothing_behind(up):
         time.sleep(0.1)  # signal it while Serve is still deploying
     before = up.log.read_text()
     assert deploying.search(before) and "ready in" not in before, "the signal must land while Serve deploys"
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGHUP)
     assert process.wait(90) == 0, up.log.read_text()[-3000:]
     after = up.log.read_text()
     assert "stopped" in after

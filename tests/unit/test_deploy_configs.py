@@ -225,21 +225,27 @@ def test_a_start_is_tried_again_only_for_a_taken_side_port_and_each_failed_one_i
     assert calls.count("start") == BIND_ATTEMPTS and calls[-1] == "stop" and isinstance(error, RuntimeError)
 
 
-def test_memserve_ups_ray_node_has_ports_of_its_own_a_token_and_no_monitors():
+def test_memserve_ups_ray_node_has_ports_of_its_own_a_token_and_no_monitors(monkeypatch):
     """Another Ray may run on the machine (the tests beside a benchmark): none of Ray's fixed default
     ports; the node's token is in its environment, not in a file another node would read; no
     autoscaler monitor or log monitor, which a node without drivers on one machine has no use for."""
+    from serve_app.deploy import head_node
     from serve_app.deploy.head_node import NODE_MARKER, node_env, start_argv
 
     argv = start_argv("/tmp/memserve-ray-x", 23456, num_cpus=None, metrics_port=None)
     flags = dict(zip(argv, argv[1:], strict=False))
-    assert argv[1:3] == ["start", "--head"] and flags["--port"] == "23456" and flags["--node-ip-address"] == "127.0.0.1"
+    at = argv.index("start")
+    assert argv[at + 1] == "--head" and flags["--port"] == "23456" and flags["--node-ip-address"] == "127.0.0.1"
     assert "--no-monitor" in argv and flags["--include-log-monitor"] == "false" and flags["--include-dashboard"] == "false"
     for flag in ("--dashboard-agent-listen-port", "--ray-client-server-port"):
         assert int(flags[flag]) not in (52365, 10001)
     assert "--block" not in argv, "the node outlives the command that starts it"
     own = [int(flags[f]) for f in ("--port", "--dashboard-agent-listen-port", "--ray-client-server-port")]
-    assert all(not int(flags["--min-worker-port"]) <= port <= int(flags["--max-worker-port"]) for port in own)
+    low, high = int(flags["--min-worker-port"]), int(flags["--max-worker-port"])
+    assert high - low >= 1000 and all(not low <= port <= high for port in own)
+    # A machine whose ephemeral range starts low leaves no room below it: Ray's own range then.
+    monkeypatch.setattr(head_node, "ephemeral_low", lambda: 1024)
+    assert "--min-worker-port" not in head_node.start_argv("/tmp/memserve-ray-x", 23456, num_cpus=None, metrics_port=None)
     env = node_env("/tmp/memserve-ray-x", {"RAY_SERVE_HAPROXY_STATS_PORT": "20001"}, "secret")
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == "secret" and "RAY_AUTH_TOKEN_PATH" not in env
     assert env[NODE_MARKER] == "/tmp/memserve-ray-x" and env["RAY_SERVE_HAPROXY_STATS_PORT"] == "20001"
@@ -255,13 +261,45 @@ def test_a_ray_node_that_did_not_start_is_started_again_and_not_forever(tmp_path
     second_passes = f'[ "$(wc -l < {count})" -ge 2 ] && exit 0'
     fake_ray.write_text(f'#!/bin/sh\necho x >> {count}\n{second_passes}\necho "raylet timed out" >&2\nexit 1\n')
     fake_ray.chmod(0o755)
-    monkeypatch.setattr(head_node, "RAY", str(fake_ray))
+    monkeypatch.setattr(head_node, "RAY", [str(fake_ray)])
     node = head_node.start_head(str(tmp_path / "ray-temp"))
     assert count.read_text().count("x") == 2 and node.auth_token and node.gcs_address.startswith("127.0.0.1:")
     count.write_text("")
     fake_ray.write_text('#!/bin/sh\necho "raylet timed out" >&2\nexit 1\n')
     with pytest.raises(head_node.NodeError, match="raylet timed out"):
         head_node.start_head(str(tmp_path / "ray-temp"))
+
+
+def test_a_nodes_processes_are_stopped_and_one_that_ignores_sigterm_is_killed(tmp_path):
+    """What carries the node's marker stops (the GCS, after the rest), a process that ignores SIGTERM
+    is killed after the grace period, and a process without the marker is left alone."""
+    import shutil
+    import subprocess
+    import sys
+
+    from serve_app.deploy.head_node import NODE_MARKER, stop_node_processes
+
+    temp = str(tmp_path / "node")
+    env = {**os.environ, NODE_MARKER: temp}
+    gcs = tmp_path / "gcs_server"  # the GCS is found by its name
+    shutil.copy("/bin/sleep", gcs)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    procs = [
+        subprocess.Popen([str(gcs), "60"], env=env),
+        subprocess.Popen(["sleep", "60"], env=env),
+        subprocess.Popen([sys.executable, "-c", stubborn], env=env, stdout=subprocess.PIPE, text=True),
+    ]
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        assert procs[2].stdout.readline().strip() == "ready"
+        assert stop_node_processes(temp, grace_s=1) == 1
+        assert all(p.wait(5) is not None for p in procs)
+        assert other.poll() is None
+        assert stop_node_processes(temp, grace_s=1, killed_only=False) == 0
+    finally:
+        for p in (*procs, other):
+            p.kill()
+            p.wait()
 
 
 class RayTimingOut:
