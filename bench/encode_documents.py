@@ -78,19 +78,19 @@ def fixed_batches(encoder: SentenceEncoder) -> Callable[[list[str]], np.ndarray]
 
 
 def run(encoder: SentenceEncoder, calls: list[Call], repeats: int, label: str) -> dict:
-    shipped = encoder._eager
+    shipped = encoder._vectors
     earlier = fixed_batches(encoder)
     seconds: dict[str, list[float]] = {"shipped": [], "fixed 32": []}
     vectors: dict[str, list] = {}
     for r in tqdm(range(repeats), desc=label, unit="repeat"):
         ways = [("shipped", shipped), ("fixed 32", earlier)]
         for name, eager in ways if r % 2 == 0 else ways[::-1]:
-            encoder._eager = eager  # type: ignore[method-assign]
+            encoder._vectors = eager  # type: ignore[method-assign]
             started = cpu_seconds()
             out = [encoder.encode_documents(texts, plain) for texts, plain in calls]
             seconds[name].append(cpu_seconds() - started)
             vectors[name] = [v for call in out for v in call]
-    encoder._eager = shipped  # type: ignore[method-assign]
+    encoder._vectors = shipped  # type: ignore[method-assign]
     chars = sum(len(t) for texts, _ in calls for t in texts)
     cosine = np.sum(np.array(vectors["shipped"]) * np.array(vectors["fixed 32"]), axis=1)
     result = {

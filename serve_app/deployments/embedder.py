@@ -5,7 +5,8 @@ from __future__ import annotations
 from ray import serve
 from ray.util import metrics
 
-from serve_app.encoding.sentence import SentenceEncoder
+from serve_app.encoding.documents import load_document_encoder
+from serve_app.encoding.sentence import PassEncoder, SentenceEncoder
 from serve_app.runtime import tracing
 from serve_app.runtime.priority import lower_priority
 from serve_app.settings import Settings
@@ -25,14 +26,16 @@ class Embedder:
         queries_here = self.settings.query_embedding == "deployment"
         if not queries_here:  # no caller waits on this replica
             lower_priority(self.settings.background_nice)
-        # The traced one-text path costs memory: only where queries are embedded (the memorizer sends batches).
-        self.encoder = SentenceEncoder(
-            self.settings.embedding_model,
-            threads=1,
-            int8=self.settings.embedding_int8,
-            trace_single=queries_here,
-            workers=PASSES_AT_ONCE,
-        )
+        # Where queries are embedded here, sentence-transformers with its one-text trace; else the
+        # traced batch model alone, which keeps transformers out of this process (the memorizer
+        # sends batches).
+        self.encoder: PassEncoder
+        if queries_here:
+            self.encoder = SentenceEncoder(
+                self.settings.embedding_model, threads=1, int8=self.settings.embedding_int8, workers=PASSES_AT_ONCE
+            )
+        else:
+            self.encoder = load_document_encoder(self.settings.embedding_model, self.settings.embedding_int8, PASSES_AT_ONCE)
         for batched in (self._embed_texts, self._embed_lists):
             batched.set_max_batch_size(self.settings.embedder_max_batch_size)
             batched.set_batch_wait_timeout_s(self.settings.embedder_batch_wait_s)

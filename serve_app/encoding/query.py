@@ -31,7 +31,7 @@ from serve_app.runtime.cache import cache_base
 
 logger = logging.getLogger("ray.serve")
 
-ARTIFACT_FORMAT = 1  # bump when what `build` writes changes
+ARTIFACT_FORMAT = 2  # bump when what `build` writes changes
 BUILD_TIMEOUT_S = 600
 
 
@@ -74,21 +74,40 @@ def build(model_path: str, int8: bool, out: Path) -> None:
         raise RuntimeError(f"only Transformer -> mean Pooling -> Normalize is rebuilt outside sentence-transformers, not {names}")
     if getattr(modules[0], "do_lower_case", False):
         raise RuntimeError("do_lower_case models are not rebuilt outside sentence-transformers")
+    if encoder._prompt or encoder._dims:
+        raise RuntimeError("models with a default prompt or a truncated dimension are not rebuilt outside sentence-transformers")
     inputs = sorted(k for k, v in encoder._features(TRACE_PROBES[1]).items() if isinstance(v, torch.Tensor))
     meta = {
         "max_seq_length": encoder.model.max_seq_length,
         "inputs": inputs,
-        "probes": [{"text": t, "vector": encoder._eager([t])[0].tolist()} for t in TRACE_PROBES],
+        "probes": [{"text": t, "vector": encoder._vectors([t])[0].tolist()} for t in TRACE_PROBES],
+        # One pass over every probe, padded: the batch trace must give what the eager model gives
+        # for the same pass (with int8 layers a text's vector depends a little on its pass).
+        "batch_probe_vectors": encoder._pass(list(TRACE_PROBES)).tolist(),
     }
     staging = out.parent / f".{out.name}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     torch.jit.save(encoder.traced, str(staging / "model.pt"))
+    torch.jit.save(_trace_padded(encoder, inputs), str(staging / "batch.pt"))
     (staging / "meta.json").write_text(json.dumps(meta))
     try:
         staging.rename(out)
     except OSError:  # another builder finished first
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _trace_padded(encoder: SentenceEncoder, inputs: list[str]):
+    """The transformer traced on a padded pass, for batches (the one-text trace runs without a mask)."""
+    import warnings
+
+    import torch
+
+    features = dict(encoder.model.preprocess(list(TRACE_PROBES[:3])))
+    example = {name: features[name] for name in inputs}
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trace warns of the shape checks it fixes
+        return torch.jit.trace(encoder.model[0].auto_model, example_kwarg_inputs=example, strict=False, check_trace=False)
 
 
 class QueryEncoder:
@@ -136,20 +155,25 @@ class QueryEncoder:
         return (await asyncio.get_running_loop().run_in_executor(self.executor, self.encode, [text]))[0]
 
 
+def ensure_artifact(model_path: str, int8: bool) -> Path:
+    """This machine's traced build of the model (`build`, in a subprocess), made first if there is none."""
+    out = artifact_dir(model_path, int8)
+    if not (out / "meta.json").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", __name__, "--model", model_path, "--out", str(out)]
+        command += ["--int8"] if int8 else []
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    return out
+
+
 def load_query_encoder(model_path: str = "", int8: bool = False) -> QueryEncoder | SentenceEncoder:
     """The traced encoder, built first if this machine has none for the model; else the
     in-process `SentenceEncoder` (which imports transformers)."""
     model_path = model_path or bundled_model_path()
-    out = artifact_dir(model_path, int8)
     try:
-        if not (out / "meta.json").exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            command = [sys.executable, "-m", __name__, "--model", model_path, "--out", str(out)]
-            command += ["--int8"] if int8 else []
-            done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-            if done.returncode != 0:
-                raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
-        return QueryEncoder(out, model_path)
+        return QueryEncoder(ensure_artifact(model_path, int8), model_path)
     except Exception as exc:
         logger.warning("traced query encoder unavailable (%s): embedding queries with sentence-transformers", exc)
         return SentenceEncoder(model_path, threads=1, int8=int8)

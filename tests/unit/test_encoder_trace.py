@@ -33,7 +33,7 @@ def test_the_trace_is_used(encoder: SentenceEncoder):
 @pytest.mark.parametrize("text", TEXTS, ids=range(len(TEXTS)))
 def test_one_text_traced_matches_the_eager_model(encoder: SentenceEncoder, text: str):
     traced = np.array(encoder.encode([text])[0], dtype=np.float32)
-    eager = encoder._eager([text])[0]
+    eager = encoder._vectors([text])[0]
     assert traced.shape == eager.shape
     assert float(np.abs(traced - eager).max()) <= encoder_module.TRACE_TOLERANCE
     assert abs(float(np.linalg.norm(traced)) - 1.0) < 1e-5
@@ -44,7 +44,7 @@ def test_a_query_scores_documents_as_the_eager_model_does(encoder: SentenceEncod
     documents = np.array(encoder.encode(TEXTS[1:6]))  # a batch: eager
     query = "which art did Melanie show?"
     traced_scores = documents @ np.array(encoder.encode([query])[0])
-    eager_scores = documents @ encoder._eager([query])[0]
+    eager_scores = documents @ encoder._vectors([query])[0]
     assert np.argsort(-traced_scores).tolist() == np.argsort(-eager_scores).tolist()
     assert np.allclose(traced_scores, eager_scores, atol=1e-5)
 
@@ -57,7 +57,7 @@ def test_a_trace_that_differs_is_not_used(monkeypatch, encoder: SentenceEncoder)
 def test_without_the_trace_single_texts_take_the_eager_path(monkeypatch, encoder: SentenceEncoder):
     monkeypatch.setattr(encoder, "traced", None)
     text = TEXTS[2]
-    assert np.array_equal(np.array(encoder.encode([text])[0], dtype=np.float32), encoder._eager([text])[0])
+    assert np.array_equal(np.array(encoder.encode([text])[0], dtype=np.float32), encoder._vectors([text])[0])
 
 
 def test_a_memory_of_one_sentence_is_stored_under_its_own_vector(encoder: SentenceEncoder):
@@ -70,7 +70,7 @@ def test_a_memory_of_several_sentences_adds_the_mean_of_its_sentences(encoder: S
     text = "Hey Caroline, hope all's good! I had a quiet weekend. We went camping with my family two weeks ago."
     pieces = ["Hey Caroline, hope all's good!", "I had a quiet weekend.", "We went camping with my family two weeks ago."]
     # One batch, as encode_documents runs it (int8 activations are scaled per batch).
-    whole, *each = encoder._eager([text, *pieces])
+    whole, *each = encoder._vectors([text, *pieces])
     mean = np.array(each).mean(axis=0)
     expected = whole + mean / np.linalg.norm(mean)
     expected /= np.linalg.norm(expected)
@@ -85,11 +85,11 @@ def test_a_memory_of_several_sentences_adds_the_mean_of_its_sentences(encoder: S
 def test_a_batch_comes_back_in_its_order_whatever_the_passes(encoder: SentenceEncoder, monkeypatch):
     """Texts are regrouped by token count for the model; each vector returns to its text's place."""
     texts = [TEXTS[2], TEXTS[6], TEXTS[1], TEXTS[4], TEXTS[5]]
-    alone = np.array([encoder._eager([t])[0] for t in texts])
+    alone = np.array([encoder._vectors([t])[0] for t in texts])
     monkeypatch.setattr(encoder, "batch_tokens", 1)  # every text its own pass: exactly the single vectors
-    assert np.allclose(encoder._eager(texts), alone, atol=1e-6)
+    assert np.allclose(encoder._vectors(texts), alone, atol=1e-6)
     monkeypatch.undo()
-    together = encoder._eager(texts)  # 256 tokens at most each: one pass within the budget
+    together = encoder._vectors(texts)  # 256 tokens at most each: one pass within the budget
     one_pass = encoder.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=len(texts))
     assert np.allclose(together, one_pass, atol=1e-5)
     assert (together @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
@@ -131,6 +131,6 @@ def test_one_call_of_several_passes_runs_them_on_the_pool(monkeypatch):
         return real_pass(group)
 
     monkeypatch.setattr(two, "_pass", recording)
-    together = two._eager(texts)
+    together = two._vectors(texts)
     assert len(ran_on) > 1 and all(name.startswith("encoder-pass") for name in ran_on)
-    assert np.allclose(together, one._eager(texts), atol=1e-6)
+    assert np.allclose(together, one._vectors(texts), atol=1e-6)
