@@ -19,6 +19,11 @@ alternating: one pass at a time on two torch threads (before), and the Embedder'
 `PASSES_AT_ONCE` passes at once on one thread each, the passes of a call and of calls at once
 sharing the pool. It prints the CPU and the wall time of each, and checks that the two ways'
 vectors are the same.
+
+    python -m bench.encode_documents --compare encoders # the Embedder's traced model against the eager one
+
+`--compare encoders` runs the same, the Embedder's passes at once for both, with sentence-transformers'
+model and with the traced batch model the Embedder ships (encoding/documents.py).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from tqdm import tqdm
 from bench.beam_data import default_data_dir, load_conversation
 from bench.locomo_data import turns_of
 from serve_app.core.passages import split_passages
-from serve_app.encoding.sentence import SentenceEncoder
+from serve_app.encoding.sentence import PassEncoder, SentenceEncoder
 from serve_app.settings import Settings
 
 
@@ -105,8 +110,21 @@ def run(encoder: SentenceEncoder, calls: list[Call], repeats: int, label: str) -
     return result
 
 
-Ways = dict[str, tuple[SentenceEncoder, int]]
+Ways = dict[str, tuple[PassEncoder, int]]
 """Each way of running passes: its encoder and the torch threads a pass takes."""
+
+
+def encoder_ways(settings: Settings) -> Ways:
+    """The Embedder's encoders, the same passes at once on one thread each: sentence-transformers'
+    model, and the traced batch model it runs without transformers (encoding/documents.py)."""
+    from serve_app.deployments.embedder import PASSES_AT_ONCE
+    from serve_app.encoding.documents import DocumentEncoder, load_document_encoder
+
+    traced = load_document_encoder(settings.embedding_model, settings.embedding_int8, PASSES_AT_ONCE)
+    if not isinstance(traced, DocumentEncoder):
+        raise SystemExit("the traced document encoder did not load (see the warning above)")
+    eager = SentenceEncoder(int8=settings.embedding_int8, trace_single=False, threads=1, workers=PASSES_AT_ONCE)
+    return {"sentence-transformers": (eager, 1), "traced (shipped)": (traced, 1)}
 
 
 def pass_ways(settings: Settings) -> Ways:
@@ -126,7 +144,7 @@ def run_passes(ways: Ways, calls: list[Call], repeats: int, callers: int, label:
     """CPU and wall time of the calls sent `callers` at a time, each way in turn."""
     import torch
 
-    async def send(encoder: SentenceEncoder) -> None:
+    async def send(encoder: PassEncoder) -> None:
         waiting = asyncio.Semaphore(callers)
 
         async def one(texts: list[str], plain: list[bool]) -> None:
@@ -172,14 +190,14 @@ def main() -> None:
     parser.add_argument("--turns-per-call", type=int, default=Settings().memorizer_batch_size)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--compare", choices=["grouping", "passes"], default="grouping")
+    parser.add_argument("--compare", choices=["grouping", "passes", "encoders"], default="grouping")
     parser.add_argument("--callers", type=int, default=8, help="--compare passes: calls in flight at once")
     args = parser.parse_args()
     settings = Settings()
-    if args.compare == "passes":
+    if args.compare in ("passes", "encoders"):
         long = long_calls(args.beam, args.conversation, args.messages, args.turns_per_call, settings)
         short = short_calls(args.locomo, args.turns, args.turns_per_call)
-        ways = pass_ways(settings)
+        ways = pass_ways(settings) if args.compare == "passes" else encoder_ways(settings)
         results = {
             "long turns (BEAM, passages)": run_passes(ways, long, args.repeats, args.callers, "long"),
             "short turns (LoCoMo)": run_passes(ways, short, args.repeats, args.callers, "short"),

@@ -60,7 +60,7 @@ class Embedder:
     async def embed_many(
         self, texts: list[str], plain: list[bool] | None = None, trace: tracing.Carrier | None = None
     ) -> list[list[float]]:
-        """Memories' vectors (`SentenceEncoder.encode_documents`) of a caller's own batch (one
+        """Memories' vectors (`PassEncoder.encode_documents`) of a caller's own batch (one
         session's new turns), encoded together with the batches of the callers that arrive
         meanwhile: the memorizer runs many sessions at once, each with a few turns, and one forward
         pass over all of them costs less than one each (bench/embedder_batching.py)."""

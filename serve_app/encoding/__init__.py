@@ -1,5 +1,6 @@
-"""The sentence embedding model: `SentenceEncoder` (sentence-transformers, batches of documents, in
-the Embedder) and `QueryEncoder` (a traced copy for one query at a time, in the ingress).
+"""The sentence embedding model: `DocumentEncoder` (a traced copy for padded batches of documents, in
+the Embedder), `QueryEncoder` (a traced copy for one query at a time, in the ingress) and
+`SentenceEncoder` (sentence-transformers itself, which builds both and serves where they cannot).
 
 Services see either only through these call shapes, so they never import torch.
 """
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 DOCUMENT_EMBEDDING = 2
-"""Bumped whenever `SentenceEncoder.encode_documents` changes what it returns: memories embedded
+"""Bumped whenever `PassEncoder.encode_documents` changes what it returns: memories embedded
 with an older one are embedded again by the memorizer (`services/index_repair.reembed_vectors`).
 1: the whole text; 2: the whole text plus the mean of its sentences."""
 

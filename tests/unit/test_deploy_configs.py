@@ -302,6 +302,22 @@ def test_a_nodes_processes_are_stopped_and_one_that_ignores_sigterm_is_killed(tm
             p.wait()
 
 
+def test_memserve_up_refuses_a_bad_config_whole_before_it_starts_anything(tmp_path):
+    """The config is checked in a child (Serve's schema imports Serve): its whole message reaches
+    the user, pydantic's field path included, and `up` exits 2 with no data dir made."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("applications:\n  - name: memserve\n    import_path: serve_app.app:build_app\n    route_prefix: 5\n")
+    data = tmp_path / "data"
+    argv = [sys.executable, "-m", "serve_app.cli", "up", "--data-dir", str(data), "--config", str(bad)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "applications.0.route_prefix" in run.stdout and "valid string" in run.stdout
+    assert not data.exists()
+
+
 class RayTimingOut:
     """A test double of the `ray` module for ray.init's startup timeout, which a real Ray gives about
     one start in ten beside a Milvus server and cannot be made to give on demand; every Serve test
