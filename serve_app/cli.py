@@ -96,11 +96,11 @@ def up(
     # it on this data dir would hold the ports this one needs.
     from serve_app.deploy.head_node import stop_node_processes
 
-    if left := stop_node_processes(ray_temp_dir(data_dir), grace_s=5, killed_only=False):
+    temp_dir = ray_temp_dir(data_dir)
+    if left := stop_node_processes(temp_dir, grace_s=5, killed_only=False):
         _say(f"stopped {left} processes of a Ray node an earlier `up` left running")
 
     node: HeadNode | None = None
-    temp_dir = ray_temp_dir(data_dir)
     backends = EmbeddedBackends(data_dir, Ports(redis_port, postgres_port, milvus_port), milvus_engine=milvus_engine)
     try:
         if use_embedded:

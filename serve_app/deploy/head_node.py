@@ -24,12 +24,18 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serve_app.deploy.local_ray import BIND_ATTEMPTS, NODE_ATTEMPTS, SIDE_PORT_VARS, starts_until_bound, throughput_env
+from serve_app.deploy.local_ray import (
+    BIND_ATTEMPTS,
+    NODE_ATTEMPTS,
+    SIDE_PORT_VARS,
+    node_defaults,
+    starts_until_bound,
+    throughput_env,
+)
 from serve_app.embedded.ports import LOOPBACK, ephemeral_low, free_listen_port
 
 logger = logging.getLogger(__name__)
@@ -118,10 +124,8 @@ def node_env(temp_dir: str, chosen: dict[str, str], token: str) -> dict[str, str
     high-throughput mode, side ports of its own), the node's token and the node marker."""
     env = {**os.environ, **chosen, **auth_env(token), NODE_MARKER: temp_dir, "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_AUTH_TOKEN_PATH", None)
-    env.setdefault("RAY_TMPDIR", temp_dir)
-    # glibc's default of 8 arenas per core lets the torch replicas' resident memory creep up under
-    # load (bench/memory.py); two arenas keep it flat.
-    env.setdefault("MALLOC_ARENA_MAX", "2")
+    for var, value in node_defaults(temp_dir).items():
+        env.setdefault(var, value)
     # Serve is shut down before the node is stopped: a raylet told to stop has nothing to drain.
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     env.pop("RAY_ADDRESS", None)
@@ -182,23 +186,27 @@ def start_head(
     raise AssertionError("unreachable")
 
 
-def _module(command: str, node: HeadNode, *args: str, timeout_s: float) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", __name__, command, "--address", node.gcs_address, *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=node.client_env())
+def _child(command: str, *args: str, timeout_s: float, env: dict[str, str] | None = None) -> str:
+    """Run a step of this module in a child process; its output, or NodeError with its whole message."""
+    argv = [sys.executable, "-m", __name__, command, *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise NodeError(f"{command} took over {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        raise NodeError(done.stderr.strip() or f"{command} exited {done.returncode}")
+    return done.stdout
 
 
 def deploy(node: HeadNode, config: Path, host: str, port: int, timeout_s: float = 180.0) -> None:
     """Deploy the config onto the node and wait until its applications run (a child process)."""
-    done = _module("deploy", node, "--config", str(config), "--host", host, "--port", str(port), timeout_s=timeout_s + 60)
-    if done.returncode != 0:
-        raise NodeError(done.stderr.strip() or f"deploy exited {done.returncode}")
+    args = ["--address", node.gcs_address, "--config", str(config), "--host", host, "--port", str(port)]
+    _child("deploy", *args, timeout_s=timeout_s + 60, env=node.client_env())
 
 
 def shutdown_serve(node: HeadNode, timeout_s: float = 45.0) -> None:
     """Serve's applications stopped, their replicas drained (a child process)."""
-    done = _module("shutdown", node, timeout_s=timeout_s)
-    if done.returncode != 0:
-        raise NodeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    _child("shutdown", "--address", node.gcs_address, timeout_s=timeout_s, env=node.client_env())
 
 
 def serve_on_head(
@@ -229,14 +237,8 @@ def serve_on_head(
 def check_config(config: Path, host: str, port: int) -> dict:
     """The config validated as Serve reads it, in a child process (Serve's schema imports Serve):
     its HTTP options and the application's args, or NodeError with the problem."""
-    argv = [sys.executable, "-m", __name__, "check", "--config", str(config), "--host", host, "--port", str(port)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired as exc:
-        raise NodeError(f"checking {config} took over {exc.timeout:.0f} s") from exc
-    if done.returncode != 0:
-        raise NodeError(done.stderr.strip() or f"exit {done.returncode}")  # the child's whole message
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = _child("check", "--config", str(config), "--host", host, "--port", str(port), timeout_s=120)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # What the child process does (`python -m serve_app.deploy.head_node COMMAND`).
@@ -286,9 +288,7 @@ def main() -> None:
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
-    started = time.monotonic()
     {"check": _check, "deploy": _deploy, "shutdown": _shutdown}[args.command](args)
-    logger.info("%s took %.1f s", args.command, time.monotonic() - started)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,13 @@ def throughput_env(choose_port: Callable[[], int] | None = None) -> dict[str, st
     return {k: v for k, v in env.items() if k not in _USER_SET}
 
 
+def node_defaults(temp_dir: str) -> dict[str, str]:
+    """What every local Ray's processes inherit unless the user set it: its temp dir, and two malloc
+    arenas (glibc's default of 8 per core lets the torch replicas' resident memory creep up under
+    load, bench/memory.py; two keep it flat)."""
+    return {"RAY_TMPDIR": temp_dir, "MALLOC_ARENA_MAX": "2"}
+
+
 def start_ray(
     temp_dir: str,
     *,
@@ -87,15 +94,13 @@ def start_ray(
     """Start a local Ray; returns the side ports it chose for HAProxy mode (`SIDE_PORT_VARS`)."""
     import ray
 
-    os.environ.setdefault("RAY_TMPDIR", temp_dir)
+    for var, value in node_defaults(temp_dir).items():
+        os.environ.setdefault(var, value)
     # Read by the Serve controller, HAProxy and replicas, which inherit the raylet's environment:
     # this process's at ray.init.
     chosen = throughput_env(choose_port)
     before = {var: os.environ.get(var) for var in SIDE_PORT_VARS if var in chosen}
     os.environ.update(chosen)
-    # Inherited by every Ray worker: glibc's default of 8 arenas per core lets the torch replicas'
-    # resident memory creep up under load (bench/memory.py); two arenas keep it flat.
-    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     kwargs: dict[str, Any] = {"namespace": "serve", "include_dashboard": False, "_temp_dir": temp_dir, "log_to_driver": True}
     if num_cpus:
         kwargs["num_cpus"] = num_cpus
@@ -218,7 +223,7 @@ def start_serving(
         after_ray_init()
         return side_ports
 
-    return starts_until_bound(start, lambda: _deployed(config, timeout_s), stop_ray, attempts)
+    return starts_until_bound(start, lambda: deploy_config(config, timeout_s), stop_ray, attempts)
 
 
 def starts_until_bound(
@@ -250,11 +255,6 @@ def starts_until_bound(
     return attempt
 
 
-def _deployed(config, timeout_s: float) -> None:
-    _serve_start(config).deploy_apps(config, _blocking=False)
-    wait_running([app.name for app in config.applications], timeout_s)
-
-
 def deploy_config(config, timeout_s: float = 180.0) -> None:
     """Start Serve with the config's HTTP options and deploy its applications; wait until RUNNING.
 
@@ -262,7 +262,8 @@ def deploy_config(config, timeout_s: float = 180.0) -> None:
     public way to deploy a config is the dashboard's REST API (`serve deploy`), which costs a
     dashboard process on every `memserve up`. Ray is pinned (pyproject.toml), and
     tests/unit/test_deploy_configs.py fails on an upgrade that moves or changes these two calls."""
-    _deployed(config, timeout_s)
+    _serve_start(config).deploy_apps(config, _blocking=False)
+    wait_running([app.name for app in config.applications], timeout_s)
 
 
 def _serve_start(config):

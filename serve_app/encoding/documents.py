@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.encoding.batches import BATCH_TEXTS, BATCH_TOKENS
+from serve_app.encoding.query import ensure_artifact, mean_pooled
 from serve_app.encoding.sentence import TRACE_TOLERANCE, PassEncoder, SentenceEncoder, bundled_model_path
 
 logger = logging.getLogger("ray.serve")
@@ -82,17 +83,12 @@ class DocumentEncoder(PassEncoder):
         }
         with torch.inference_mode():
             out = self.model(**{name: torch.tensor(columns[name]) for name in self.inputs})
-            tokens = out["last_hidden_state"] if isinstance(out, dict) else out[0]
-            mask = torch.tensor(columns["attention_mask"], dtype=tokens.dtype).unsqueeze(-1)
-            pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1).float().numpy()
+            return mean_pooled(out, columns["attention_mask"]).float().numpy()
 
 
 def load_document_encoder(model_path: str = "", int8: bool = False, workers: int = 1) -> DocumentEncoder | SentenceEncoder:
     """The traced document encoder, built first if this machine has none for the model; else the
     eager `SentenceEncoder` (which imports transformers)."""
-    from serve_app.encoding.query import ensure_artifact
-
     model_path = model_path or bundled_model_path()
     try:
         return DocumentEncoder(ensure_artifact(model_path, int8), model_path, workers=workers)

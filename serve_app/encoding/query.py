@@ -89,7 +89,8 @@ def build(model_path: str, int8: bool, out: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     torch.jit.save(encoder.traced, str(staging / "model.pt"))
-    torch.jit.save(_trace_padded(encoder, inputs), str(staging / "batch.pt"))
+    # For batches: the one-text trace runs without a mask.
+    torch.jit.save(encoder.trace_transformer(list(TRACE_PROBES[:3])), str(staging / "batch.pt"))
     (staging / "meta.json").write_text(json.dumps(meta))
     try:
         staging.rename(out)
@@ -97,17 +98,15 @@ def build(model_path: str, int8: bool, out: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _trace_padded(encoder: SentenceEncoder, inputs: list[str]):
-    """The transformer traced on a padded pass, for batches (the one-text trace runs without a mask)."""
-    import warnings
-
+def mean_pooled(out, attention_mask: list[list[int]]):
+    """The traced transformer's output mean-pooled over each text's tokens and normalized, as the
+    eager model's Pooling and Normalize modules do: one row a text."""
     import torch
 
-    features = dict(encoder.model.preprocess(list(TRACE_PROBES[:3])))
-    example = {name: features[name] for name in inputs}
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the trace warns of the shape checks it fixes
-        return torch.jit.trace(encoder.model[0].auto_model, example_kwarg_inputs=example, strict=False, check_trace=False)
+    tokens = out["last_hidden_state"] if isinstance(out, dict) else out[0]
+    mask = torch.tensor(attention_mask, dtype=tokens.dtype).unsqueeze(-1)
+    pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
 class QueryEncoder:
@@ -144,10 +143,7 @@ class QueryEncoder:
                     "token_type_ids": encoding.type_ids,
                 }
                 out = self.model(**{name: torch.tensor([columns[name]]) for name in self.inputs})
-                tokens = out["last_hidden_state"] if isinstance(out, dict) else out[0]
-                mask = torch.tensor([encoding.attention_mask], dtype=tokens.dtype).unsqueeze(-1)
-                pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                vectors.append(torch.nn.functional.normalize(pooled, p=2, dim=1)[0].tolist())
+                vectors.append(mean_pooled(out, [encoding.attention_mask])[0].tolist())
         return vectors
 
     async def encode_one(self, text: str) -> list[float]:

@@ -211,17 +211,24 @@ class SentenceEncoder(PassEncoder):
             ids = self.model.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=self.model.max_seq_length)
         return [len(i) for i in ids["input_ids"]]
 
+    def trace_transformer(self, texts: list[str]) -> Any:
+        """The transformer traced on one pass over `texts`: a text alone runs without a mask, a
+        padded pass (texts of different lengths) with one."""
+        import torch
+
+        with self._tokenizing:
+            features = dict(self.model.preprocess(texts))
+        example = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the trace warns of the shape checks it fixes
+            return torch.jit.trace(self.model[0].auto_model, example_kwarg_inputs=example, strict=False, check_trace=False)
+
     def _trace(self) -> Any | None:
         """The transformer traced for one unpadded text, or None where it cannot be traced or its
         vectors differ from the eager model's on any probe (then every text takes the eager path)."""
-        import torch
 
         try:
-            transformer = self.model[0].auto_model
-            example = {k: v for k, v in self._features(TRACE_PROBES[1]).items() if isinstance(v, torch.Tensor)}
-            with torch.inference_mode(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the trace warns of shape checks it fixes: one text has no padding
-                traced = torch.jit.trace(transformer, example_kwarg_inputs=example, strict=False, check_trace=False)
+            traced = self.trace_transformer([TRACE_PROBES[1]])
             for probe in TRACE_PROBES:
                 eager = self._vectors([probe])[0]
                 fast = self._traced_one(traced, probe)

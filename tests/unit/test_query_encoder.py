@@ -141,6 +141,6 @@ def test_a_batch_artifact_whose_vectors_differ_is_refused_and_the_eager_encoder_
     (bad / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="differs from the eager model"):
         documents.DocumentEncoder(bad, qe.bundled_model_path())
-    monkeypatch.setattr(qe, "ensure_artifact", lambda *_: bad)
+    monkeypatch.setattr(documents, "ensure_artifact", lambda *_: bad)
     monkeypatch.setattr(documents, "SentenceEncoder", lambda *a, **k: "eager fallback")
     assert documents.load_document_encoder(int8=INT8) == "eager fallback"
